@@ -1,0 +1,33 @@
+# Hookstream's entry points. `make up` runs the system with a demo; `make test` runs the tests.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+.PHONY: help up down status logs test lint fmt infra
+
+help: ## Show the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
+
+up: ## Start PostgreSQL, Kafka and the services, and deliver demo events
+	@bash scripts/stack/up.sh
+
+down: ## Stop everything `make up` started
+	@bash scripts/stack/down.sh
+
+status: ## Show what is running
+	@bash scripts/stack/status.sh
+
+logs: ## Follow the services' logs
+	@tail -n 50 -F .hookstream/logs/outbox-relay.log .hookstream/logs/dispatcher.log .hookstream/logs/demo-receiver.log
+
+infra: ## Start only PostgreSQL and Kafka
+	@bash scripts/stack/infra.sh start
+
+test: ## Run every test against real PostgreSQL and Kafka (started if needed)
+	@bash scripts/test.sh
+
+lint: ## rustfmt and clippy, as CI runs them
+	cargo fmt --all -- --check
+	cargo clippy --workspace --all-targets -- -D warnings
+
+fmt: ## Format the code
+	cargo fmt --all

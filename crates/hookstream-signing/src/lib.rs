@@ -1,0 +1,226 @@
+//! Standard Webhooks v1 signing and verification.
+//!
+//! The signed content is `"{id}.{timestamp}.{body}"` over the exact body bytes, HMAC-SHA256
+//! keyed by the decoded secret. `webhook-signature` carries one `v1,<base64>` entry per
+//! active secret, space separated, so receivers keep working through a secret rotation.
+//! Secrets are `whsec_` + base64 of 24 to 64 random bytes.
+
+#![forbid(unsafe_code)]
+
+use base64::engine::general_purpose::STANDARD as B64;
+use base64::Engine as _;
+use hmac::{Hmac, Mac};
+use rand::RngCore;
+use sha2::Sha256;
+
+type HmacSha256 = Hmac<Sha256>;
+
+/// Header carrying the event id (stable across retries and replays).
+pub const HEADER_ID: &str = "webhook-id";
+/// Header carrying the signing time in Unix seconds.
+pub const HEADER_TIMESTAMP: &str = "webhook-timestamp";
+/// Header carrying the space-separated `v1,<base64>` signatures.
+pub const HEADER_SIGNATURE: &str = "webhook-signature";
+/// Receivers accept timestamps this far from their own clock, in seconds.
+pub const DEFAULT_TOLERANCE_SECS: i64 = 5 * 60;
+
+const PREFIX: &str = "whsec_";
+const MIN_KEY_LEN: usize = 24;
+const MAX_KEY_LEN: usize = 64;
+const GENERATED_KEY_LEN: usize = 32;
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum SecretError {
+    #[error("secret must start with `whsec_`")]
+    MissingPrefix,
+    #[error("secret is not valid base64")]
+    NotBase64,
+    #[error("secret key must be {MIN_KEY_LEN} to {MAX_KEY_LEN} bytes, got {0}")]
+    BadLength(usize),
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum VerifyError {
+    #[error("missing or malformed `{0}` header")]
+    BadHeader(&'static str),
+    #[error("timestamp outside the tolerance window")]
+    StaleTimestamp,
+    #[error("no signature matches")]
+    NoMatch,
+}
+
+/// A signing secret. `Debug` never prints the key.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret {
+    key: Vec<u8>,
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(<redacted>)")
+    }
+}
+
+impl Secret {
+    /// A new random secret (32 bytes).
+    pub fn generate() -> Self {
+        let mut key = vec![0u8; GENERATED_KEY_LEN];
+        rand::rngs::OsRng.fill_bytes(&mut key);
+        Self { key }
+    }
+
+    /// Parses `whsec_<base64>`.
+    pub fn parse(text: &str) -> Result<Self, SecretError> {
+        let b64 = text.trim().strip_prefix(PREFIX).ok_or(SecretError::MissingPrefix)?;
+        let key = B64.decode(b64).map_err(|_| SecretError::NotBase64)?;
+        if !(MIN_KEY_LEN..=MAX_KEY_LEN).contains(&key.len()) {
+            return Err(SecretError::BadLength(key.len()));
+        }
+        Ok(Self { key })
+    }
+
+    /// The `whsec_...` form, for showing once to the endpoint's owner and for storage.
+    pub fn expose(&self) -> String {
+        format!("{PREFIX}{}", B64.encode(&self.key))
+    }
+
+    fn mac(&self, id: &str, timestamp: i64, body: &[u8]) -> HmacSha256 {
+        // HMAC accepts keys of any length, so this cannot fail.
+        let mut mac = HmacSha256::new_from_slice(&self.key).expect("hmac takes any key length");
+        mac.update(id.as_bytes());
+        mac.update(b".");
+        mac.update(timestamp.to_string().as_bytes());
+        mac.update(b".");
+        mac.update(body);
+        mac
+    }
+
+    /// The base64 HMAC of one message.
+    pub fn sign_one(&self, id: &str, timestamp: i64, body: &[u8]) -> String {
+        B64.encode(self.mac(id, timestamp, body).finalize().into_bytes())
+    }
+}
+
+/// The `webhook-signature` value: one `v1,<sig>` per secret, space separated.
+pub fn signature_header<'a>(
+    secrets: impl IntoIterator<Item = &'a Secret>,
+    id: &str,
+    timestamp: i64,
+    body: &[u8],
+) -> String {
+    let mut out = String::new();
+    for secret in secrets {
+        if !out.is_empty() {
+            out.push(' ');
+        }
+        out.push_str("v1,");
+        out.push_str(&secret.sign_one(id, timestamp, body));
+    }
+    out
+}
+
+/// Verifies a delivery the way a receiver must: timestamp within `tolerance_secs` of `now`,
+/// and at least one `v1` signature equal (in constant time) to ours.
+pub fn verify(
+    secret: &Secret,
+    id: &str,
+    timestamp: &str,
+    signatures: &str,
+    body: &[u8],
+    now_unix: i64,
+    tolerance_secs: i64,
+) -> Result<(), VerifyError> {
+    if id.is_empty() {
+        return Err(VerifyError::BadHeader(HEADER_ID));
+    }
+    let ts: i64 = timestamp.trim().parse().map_err(|_| VerifyError::BadHeader(HEADER_TIMESTAMP))?;
+    if (now_unix - ts).abs() > tolerance_secs {
+        return Err(VerifyError::StaleTimestamp);
+    }
+    let mut saw_v1 = false;
+    for entry in signatures.split_whitespace() {
+        let Some(sig) = entry.strip_prefix("v1,") else { continue };
+        saw_v1 = true;
+        let Ok(raw) = B64.decode(sig) else { continue };
+        // `verify_slice` compares in constant time.
+        if secret.mac(id, ts, body).verify_slice(&raw).is_ok() {
+            return Ok(());
+        }
+    }
+    if saw_v1 {
+        Err(VerifyError::NoMatch)
+    } else {
+        Err(VerifyError::BadHeader(HEADER_SIGNATURE))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // The example from the Standard Webhooks specification.
+    const SPEC_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+    const SPEC_ID: &str = "msg_p5jXN8AQM9LWM0D4loKWxJek";
+    const SPEC_TS: i64 = 1614265330;
+    const SPEC_BODY: &[u8] = br#"{"test": 2432232314}"#;
+    const SPEC_SIG: &str = "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=";
+
+    #[test]
+    fn matches_the_specification_example() {
+        let secret = Secret::parse(SPEC_SECRET).unwrap();
+        assert_eq!(signature_header([&secret], SPEC_ID, SPEC_TS, SPEC_BODY), SPEC_SIG);
+        verify(&secret, SPEC_ID, &SPEC_TS.to_string(), SPEC_SIG, SPEC_BODY, SPEC_TS, 300).unwrap();
+    }
+
+    #[test]
+    fn agrees_with_the_standardwebhooks_crate() {
+        let secret = Secret::generate();
+        let body = br#"{"order":{"id":42,"total":"9.99"}}"#;
+        let ts = 1_700_000_000;
+        let header = signature_header([&secret], "evt_1", ts, body);
+        let theirs = standardwebhooks::Webhook::new(&secret.expose()).unwrap();
+        assert_eq!(theirs.sign("evt_1", ts, body).unwrap(), header);
+    }
+
+    #[test]
+    fn rotation_sends_one_signature_per_secret_and_either_verifies() {
+        let old = Secret::generate();
+        let new = Secret::generate();
+        let header = signature_header([&old, &new], "id", 10, b"{}");
+        assert_eq!(header.split(' ').count(), 2);
+        verify(&old, "id", "10", &header, b"{}", 10, 300).unwrap();
+        verify(&new, "id", "10", &header, b"{}", 10, 300).unwrap();
+        let other = Secret::generate();
+        assert_eq!(verify(&other, "id", "10", &header, b"{}", 10, 300), Err(VerifyError::NoMatch));
+    }
+
+    #[test]
+    fn rejects_tampering_and_stale_timestamps() {
+        let s = Secret::generate();
+        let header = signature_header([&s], "id", 1000, b"{\"a\":1}");
+        assert_eq!(verify(&s, "id", "1000", &header, b"{\"a\":2}", 1000, 300), Err(VerifyError::NoMatch));
+        assert_eq!(verify(&s, "id2", "1000", &header, b"{\"a\":1}", 1000, 300), Err(VerifyError::NoMatch));
+        assert_eq!(
+            verify(&s, "id", "1000", &header, b"{\"a\":1}", 1000 + 301, 300),
+            Err(VerifyError::StaleTimestamp)
+        );
+        assert_eq!(
+            verify(&s, "id", "x", &header, b"{\"a\":1}", 1000, 300),
+            Err(VerifyError::BadHeader(HEADER_TIMESTAMP))
+        );
+        assert_eq!(
+            verify(&s, "id", "1000", "v2,abc", b"{\"a\":1}", 1000, 300),
+            Err(VerifyError::BadHeader(HEADER_SIGNATURE))
+        );
+    }
+
+    #[test]
+    fn secret_parsing_is_strict_and_debug_redacts() {
+        assert_eq!(Secret::parse("abc"), Err(SecretError::MissingPrefix));
+        assert_eq!(Secret::parse("whsec_!!"), Err(SecretError::NotBase64));
+        assert_eq!(Secret::parse("whsec_YWJj"), Err(SecretError::BadLength(3)));
+        let s = Secret::generate();
+        assert_eq!(Secret::parse(&s.expose()).unwrap(), s);
+        assert!(!format!("{s:?}").contains(&s.expose()[6..]));
+    }
+}

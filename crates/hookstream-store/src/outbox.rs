@@ -1,0 +1,159 @@
+//! The transactional outbox: producers enqueue inside their own transaction; the relay claims
+//! committed rows per shard, ships them, and deletes them in the transaction that claimed them.
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use sqlx::{PgConnection, PgPool};
+use uuid::Uuid;
+
+use crate::StoreError;
+
+/// The channel `hookstream.outbox` notifies on commit (a wake-up only, not durable).
+pub const NOTIFY_CHANNEL: &str = "hookstream_outbox";
+
+/// An event a producer wants delivered.
+#[derive(Debug, Clone)]
+pub struct NewEvent {
+    pub tenant_id: Uuid,
+    pub event_type: String,
+    /// Events of one aggregate keep their order end to end.
+    pub aggregate_type: String,
+    pub aggregate_id: String,
+    /// Must be a JSON object.
+    pub payload: Value,
+    pub headers: Value,
+}
+
+impl NewEvent {
+    pub fn new(tenant_id: Uuid, event_type: impl Into<String>, payload: Value) -> Self {
+        Self {
+            tenant_id,
+            event_type: event_type.into(),
+            aggregate_type: String::new(),
+            aggregate_id: String::new(),
+            payload,
+            headers: Value::Object(Default::default()),
+        }
+    }
+
+    pub fn aggregate(mut self, aggregate_type: impl Into<String>, aggregate_id: impl Into<String>) -> Self {
+        self.aggregate_type = aggregate_type.into();
+        self.aggregate_id = aggregate_id.into();
+        self
+    }
+}
+
+/// Writes an outbox row through `hookstream.enqueue` on the caller's connection, so it
+/// commits (or rolls back) with the caller's transaction. Returns the event id.
+pub async fn enqueue(conn: &mut PgConnection, event: &NewEvent) -> Result<Uuid, StoreError> {
+    sqlx::query_scalar("SELECT hookstream.enqueue($1, $2, $3, $4, $5, $6)")
+        .bind(event.tenant_id)
+        .bind(&event.event_type)
+        .bind(&event.payload)
+        .bind(&event.aggregate_type)
+        .bind(&event.aggregate_id)
+        .bind(&event.headers)
+        .fetch_one(conn)
+        .await
+        .map_err(StoreError::from_db)
+}
+
+/// A claimed outbox row, with what the relay needs to decide whether it can ship it.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct OutboxRow {
+    pub id: i64,
+    pub event_id: Uuid,
+    pub tenant_id: Uuid,
+    pub event_type: String,
+    pub aggregate_type: String,
+    pub aggregate_id: String,
+    /// The payload as JSON text: these exact bytes are signed and delivered.
+    pub payload: String,
+    pub headers: Value,
+    pub created_at: DateTime<Utc>,
+    pub shard: i32,
+    pub tenant_known: bool,
+    pub payload_is_object: bool,
+}
+
+/// Locks up to `limit` rows of the given shards, oldest first. Call inside a transaction;
+/// rows locked by another transaction are skipped (they are in flight elsewhere).
+pub async fn claim(conn: &mut PgConnection, shards: &[i32], limit: i64) -> Result<Vec<OutboxRow>, StoreError> {
+    Ok(sqlx::query_as::<_, OutboxRow>(
+        "SELECT o.id, o.event_id, o.tenant_id, o.event_type, o.aggregate_type, o.aggregate_id,
+                o.payload::text AS payload, o.headers, o.created_at, o.shard,
+                EXISTS (SELECT 1 FROM hookstream.tenants t WHERE t.id = o.tenant_id) AS tenant_known,
+                jsonb_typeof(o.payload) = 'object' AS payload_is_object
+           FROM hookstream.outbox o
+          WHERE o.shard = ANY($1)
+          ORDER BY o.id
+          LIMIT $2
+          FOR UPDATE OF o SKIP LOCKED",
+    )
+    .bind(shards)
+    .bind(limit)
+    .fetch_all(conn)
+    .await?)
+}
+
+/// Deletes shipped rows and moves unshippable ones to quarantine with their reasons, in the
+/// caller's (claiming) transaction.
+pub async fn finish(
+    conn: &mut PgConnection,
+    shipped: &[i64],
+    quarantined: &[(i64, String)],
+) -> Result<(), StoreError> {
+    if !quarantined.is_empty() {
+        let ids: Vec<i64> = quarantined.iter().map(|(id, _)| *id).collect();
+        let reasons: Vec<&str> = quarantined.iter().map(|(_, r)| r.as_str()).collect();
+        sqlx::query(
+            "WITH q AS (SELECT * FROM unnest($1::bigint[], $2::text[]) AS q(id, reason)),
+                  moved AS (DELETE FROM hookstream.outbox o USING q WHERE o.id = q.id
+                            RETURNING o.*, q.reason)
+             INSERT INTO hookstream.outbox_quarantine
+                    (id, event_id, tenant_id, event_type, aggregate_type, aggregate_id, payload, headers,
+                     created_at, reason)
+             SELECT id, event_id, tenant_id, event_type, aggregate_type, aggregate_id, payload, headers,
+                    created_at, reason FROM moved
+             ON CONFLICT (id) DO NOTHING",
+        )
+        .bind(&ids)
+        .bind(&reasons)
+        .execute(&mut *conn)
+        .await?;
+    }
+    if !shipped.is_empty() {
+        sqlx::query("DELETE FROM hookstream.outbox WHERE id = ANY($1)").bind(shipped).execute(&mut *conn).await?;
+    }
+    Ok(())
+}
+
+/// Rows waiting, and the age in seconds of the oldest, for the backlog gauges.
+pub async fn backlog(pool: &PgPool) -> Result<(i64, f64), StoreError> {
+    let (rows, age): (i64, Option<f64>) = sqlx::query_as(
+        "SELECT count(*), extract(epoch FROM clock_timestamp() - min(created_at))::float8 FROM hookstream.outbox",
+    )
+    .fetch_one(pool)
+    .await?;
+    Ok((rows, age.unwrap_or(0.0)))
+}
+
+/// A quarantined row, for operators and tests.
+#[derive(Debug, Clone, sqlx::FromRow, serde::Serialize)]
+pub struct QuarantinedRow {
+    pub id: i64,
+    pub event_id: Uuid,
+    pub tenant_id: Uuid,
+    pub event_type: String,
+    pub reason: String,
+    pub quarantined_at: DateTime<Utc>,
+}
+
+pub async fn quarantined(pool: &PgPool) -> Result<Vec<QuarantinedRow>, StoreError> {
+    Ok(sqlx::query_as::<_, QuarantinedRow>(
+        "SELECT id, event_id, tenant_id, event_type, reason, quarantined_at
+           FROM hookstream.outbox_quarantine ORDER BY id",
+    )
+    .fetch_all(pool)
+    .await?)
+}

@@ -1,0 +1,207 @@
+//! Test support for integration tests against the real things: a fresh PostgreSQL database
+//! and fresh Kafka topics and consumer group per test (so tests run in parallel), and HTTP
+//! receivers on port 0 that check every signature with an independent Standard Webhooks
+//! implementation (the `standardwebhooks` crate), not with Hookstream's own code.
+//!
+//! PostgreSQL and Kafka must be running (`make test` starts them): the base URLs come from
+//! `HOOKSTREAM_TEST_DATABASE_URL` and `HOOKSTREAM_TEST_KAFKA_BROKERS`.
+
+#![forbid(unsafe_code)]
+
+pub mod receiver;
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use hookstream_config::{DatabaseConfig, KafkaConfig, TopicsConfig};
+use hookstream_kafka::rdkafka::consumer::{BaseConsumer, Consumer};
+use hookstream_kafka::rdkafka::{Message as _, Offset, TopicPartitionList};
+use hookstream_store::outbox::NewEvent;
+use hookstream_store::sqlx::{self, PgPool};
+use uuid::Uuid;
+
+pub use receiver::{Behaviour, Received, Receiver};
+
+/// One test's private database and topics.
+pub struct TestEnv {
+    pub name: String,
+    pub database: DatabaseConfig,
+    pub kafka: KafkaConfig,
+    pub pool: PgPool,
+    pub partitions: i32,
+}
+
+fn base_database_url() -> String {
+    std::env::var("HOOKSTREAM_TEST_DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
+}
+
+fn brokers() -> String {
+    std::env::var("HOOKSTREAM_TEST_KAFKA_BROKERS").unwrap_or_else(|_| "127.0.0.1:9092".into())
+}
+
+impl TestEnv {
+    /// Creates database `hs_test_<id>` (migrated) and topics `test.<id>.*`.
+    pub async fn new(partitions: i32) -> anyhow::Result<Self> {
+        let id = Uuid::new_v4().simple().to_string()[..12].to_string();
+        let name = format!("hs_test_{id}");
+        let base = base_database_url();
+        let admin = PgPool::connect(&base).await.context("connecting to the test PostgreSQL (is it running?)")?;
+        sqlx::query(&format!("CREATE DATABASE {name}")).execute(&admin).await?;
+        admin.close().await;
+        let mut url = url::Url::parse(&base)?;
+        url.set_path(&name);
+        let database = DatabaseConfig { url: url.to_string(), max_connections: 10, migrate_on_start: false };
+        let pool = hookstream_store::connect(&database).await?;
+        hookstream_store::migrate(&pool).await?;
+
+        let topics = TopicsConfig {
+            events: format!("test.{id}.events"),
+            dlq: format!("test.{id}.dlq"),
+            attempts: format!("test.{id}.attempts"),
+        };
+        let kafka = KafkaConfig {
+            brokers: brokers(),
+            topics: topics.clone(),
+            group_id: format!("test.{id}.dispatcher"),
+            client: Default::default(),
+        };
+        hookstream_kafka::ensure_topics(
+            &kafka,
+            &[(&topics.events, partitions), (&topics.dlq, partitions), (&topics.attempts, partitions)],
+            1,
+        )
+        .await
+        .context("creating test topics (is Kafka running?)")?;
+        Ok(Self { name, database, kafka, pool, partitions })
+    }
+
+    pub async fn tenant(&self, name: &str) -> anyhow::Result<Uuid> {
+        Ok(hookstream_store::tenants::create(&self.pool, name).await?.id)
+    }
+
+    /// Creates an endpoint for `receiver` and hands the receiver its secret.
+    pub async fn endpoint(&self, tenant: Uuid, receiver: &Receiver, event_types: &[&str]) -> anyhow::Result<Uuid> {
+        let (ep, secret) = hookstream_store::endpoints::create(
+            &self.pool,
+            hookstream_store::endpoints::NewEndpoint {
+                tenant_id: tenant,
+                url: receiver.url(),
+                event_types: event_types.iter().map(|s| s.to_string()).collect(),
+                timeout_ms: Some(5_000),
+                ..Default::default()
+            },
+        )
+        .await?;
+        receiver.set_secret(&secret.expose());
+        Ok(ep.id)
+    }
+
+    /// Publishes events in one transaction through `hookstream.enqueue`.
+    pub async fn publish(&self, events: &[NewEvent]) -> anyhow::Result<Vec<Uuid>> {
+        let mut tx = self.pool.begin().await?;
+        let mut ids = Vec::with_capacity(events.len());
+        for e in events {
+            ids.push(hookstream_store::outbox::enqueue(&mut tx, e).await?);
+        }
+        tx.commit().await?;
+        Ok(ids)
+    }
+
+    /// Rows still in the outbox.
+    pub async fn outbox_len(&self) -> anyhow::Result<i64> {
+        Ok(sqlx::query_scalar("SELECT count(*) FROM hookstream.outbox").fetch_one(&self.pool).await?)
+    }
+
+    /// End offsets (high watermarks) of every partition of a topic.
+    pub fn end_offsets(&self, topic: &str) -> anyhow::Result<Vec<i64>> {
+        let consumer: BaseConsumer = hookstream_kafka::client_config(&self.kafka).create()?;
+        (0..self.partitions)
+            .map(|p| Ok(consumer.fetch_watermarks(topic, p, Duration::from_secs(10))?.1))
+            .collect()
+    }
+
+    /// The offsets the dispatcher's group committed on a topic (-1 where none).
+    pub fn committed_offsets(&self, topic: &str) -> anyhow::Result<Vec<i64>> {
+        let mut cfg = hookstream_kafka::client_config(&self.kafka);
+        cfg.set("group.id", &self.kafka.group_id);
+        let consumer: BaseConsumer = cfg.create()?;
+        let mut tpl = TopicPartitionList::new();
+        for p in 0..self.partitions {
+            tpl.add_partition(topic, p);
+        }
+        let committed = consumer.committed_offsets(tpl, Duration::from_secs(10))?;
+        Ok(committed
+            .elements()
+            .iter()
+            .map(|e| match e.offset() {
+                Offset::Offset(o) => o,
+                _ => -1,
+            })
+            .collect())
+    }
+
+    /// Reads every record of a topic from the beginning until `expected` were read or
+    /// `timeout` passed; returns (partition, key, payload) in partition order.
+    pub fn read_topic(&self, topic: &str, expected: usize, timeout: Duration) -> anyhow::Result<Vec<Record>> {
+        let mut cfg = hookstream_kafka::client_config(&self.kafka);
+        cfg.set("group.id", format!("reader.{}", Uuid::new_v4())).set("enable.auto.commit", "false");
+        let consumer: BaseConsumer = cfg.create()?;
+        let mut tpl = TopicPartitionList::new();
+        for p in 0..self.partitions {
+            tpl.add_partition_offset(topic, p, Offset::Beginning)?;
+        }
+        consumer.assign(&tpl)?;
+        let mut out = Vec::new();
+        let deadline = Instant::now() + timeout;
+        while out.len() < expected && Instant::now() < deadline {
+            if let Some(m) = consumer.poll(Duration::from_millis(200)) {
+                let m = m?;
+                out.push(Record {
+                    partition: m.partition(),
+                    offset: m.offset(),
+                    key: m.key().map(|k| String::from_utf8_lossy(k).into_owned()).unwrap_or_default(),
+                    payload: m.payload().unwrap_or_default().to_vec(),
+                });
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// A record read back from a topic.
+#[derive(Debug, Clone)]
+pub struct Record {
+    pub partition: i32,
+    pub offset: i64,
+    pub key: String,
+    pub payload: Vec<u8>,
+}
+
+/// Polls `check` every 50 ms until it returns true or `timeout` passes.
+pub async fn eventually<F, Fut>(timeout: Duration, mut check: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if check().await {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Counts occurrences of each id.
+pub fn counts<I: IntoIterator<Item = String>>(ids: I) -> HashMap<String, usize> {
+    let mut m = HashMap::new();
+    for id in ids {
+        *m.entry(id).or_insert(0) += 1;
+    }
+    m
+}

@@ -1,0 +1,108 @@
+//! An HTTP receiver on 127.0.0.1:0 that records every delivery and verifies its signature
+//! with the independent `standardwebhooks` crate.
+
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::Router;
+use tokio_util::sync::CancellationToken;
+
+/// How the receiver answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Behaviour {
+    /// 204 No Content.
+    Ok,
+    /// Always this status.
+    Status(u16),
+}
+
+/// One delivery as the receiver saw it.
+#[derive(Debug, Clone)]
+pub struct Received {
+    pub webhook_id: String,
+    pub timestamp: String,
+    pub signature: String,
+    pub event_type: String,
+    pub body: Bytes,
+    /// Whether `standardwebhooks` accepted the signature with the endpoint's secret.
+    pub verified: bool,
+    pub at: Instant,
+}
+
+struct Inner {
+    behaviour: Behaviour,
+    secret: Mutex<Option<String>>,
+    received: Mutex<Vec<Received>>,
+}
+
+/// A running receiver; stops when dropped.
+pub struct Receiver {
+    addr: std::net::SocketAddr,
+    inner: Arc<Inner>,
+    stop: CancellationToken,
+}
+
+impl Receiver {
+    pub async fn start(behaviour: Behaviour) -> Self {
+        let inner = Arc::new(Inner { behaviour, secret: Mutex::new(None), received: Mutex::new(Vec::new()) });
+        let app = Router::new().fallback(handle).with_state(inner.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind receiver");
+        let addr = listener.local_addr().expect("receiver address");
+        let stop = CancellationToken::new();
+        let token = stop.clone();
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).with_graceful_shutdown(async move { token.cancelled().await }).await;
+        });
+        Self { addr, inner, stop }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}/hook", self.addr)
+    }
+
+    pub fn set_secret(&self, secret: &str) {
+        *self.inner.secret.lock().unwrap() = Some(secret.to_string());
+    }
+
+    pub fn received(&self) -> Vec<Received> {
+        self.inner.received.lock().unwrap().clone()
+    }
+
+    pub fn count(&self) -> usize {
+        self.inner.received.lock().unwrap().len()
+    }
+}
+
+impl Drop for Receiver {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+async fn handle(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Bytes) -> StatusCode {
+    let get = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
+    let verified = inner
+        .secret
+        .lock()
+        .unwrap()
+        .as_deref()
+        .and_then(|s| standardwebhooks::Webhook::new(s).ok())
+        .map(|wh| wh.verify(&body, &headers).is_ok())
+        .unwrap_or(false);
+    inner.received.lock().unwrap().push(Received {
+        webhook_id: get("webhook-id"),
+        timestamp: get("webhook-timestamp"),
+        signature: get("webhook-signature"),
+        event_type: get("hookstream-event-type"),
+        body,
+        verified,
+        at: Instant::now(),
+    });
+    match inner.behaviour {
+        Behaviour::Ok => StatusCode::NO_CONTENT,
+        Behaviour::Status(s) => StatusCode::from_u16(s).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+    }
+}

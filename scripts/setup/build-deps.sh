@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs the system packages the build needs, when missing (fresh machines, CI):
+# - libcurl headers: librdkafka 2.12.1 includes <curl/curl.h> even when built without curl
+#   (confluentinc/librdkafka#5135, fede1024/rust-rdkafka#829); only the header is used.
+# - cmake, a C/C++ compiler, pkg-config: to build the bundled librdkafka.
+# - Java 17 and Maven: to fetch and run Kafka; curl: used by `make up`.
+set -euo pipefail
+
+missing=()
+[[ -f /usr/include/x86_64-linux-gnu/curl/curl.h || -f /usr/include/curl/curl.h ]] || missing+=(libcurl4-openssl-dev)
+command -v cmake >/dev/null || missing+=(cmake)
+command -v cc >/dev/null || missing+=(build-essential)
+command -v pkg-config >/dev/null || missing+=(pkg-config)
+command -v java >/dev/null || missing+=(openjdk-17-jre-headless)
+command -v mvn >/dev/null || missing+=(maven)
+command -v curl >/dev/null || missing+=(curl)
+command -v psql >/dev/null || missing+=(postgresql-client)
+
+if ((${#missing[@]})); then
+  if [[ $EUID -ne 0 ]]; then
+    echo "[setup] missing packages: ${missing[*]}; install them with: sudo apt-get install ${missing[*]}" >&2
+    exit 1
+  fi
+  echo "[setup] installing ${missing[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+fi

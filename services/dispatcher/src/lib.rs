@@ -1,0 +1,411 @@
+//! The dispatcher: consumes `hookstream.events` in a consumer group and delivers each event,
+//! signed, to every subscribed endpoint.
+//!
+//! Many events are in flight per partition. An offset is stored only when every delivery of
+//! every event up to it finished or was durably handed on (a dead letter acknowledged by
+//! Kafka), using the per-partition tracker of `hookstream-kafka` (invariant 1). One endpoint
+//! cannot starve others: each delivery has its own timeout and each endpoint a cap on
+//! concurrent requests (invariant 3). Undecodable records and unknown tenants become dead
+//! letters with a reason; the partition moves on (invariant 5).
+
+#![forbid(unsafe_code)]
+
+mod metrics;
+pub mod subscriptions;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use hookstream_config::{DatabaseConfig, KafkaConfig, TelemetryConfig};
+use hookstream_delivery::{DeliveryConfig, Engine, ErrorClass, Message, Outcome, Target, Verdict};
+use hookstream_kafka::rdkafka::consumer::{
+    BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer,
+};
+use hookstream_kafka::rdkafka::error::KafkaError;
+use hookstream_kafka::rdkafka::producer::{FutureProducer, FutureRecord};
+use hookstream_kafka::rdkafka::{ClientContext, Message as _, Offset, TopicPartitionList};
+use hookstream_kafka::tracker::{OffsetTracker, Ticket};
+use hookstream_proto::{DeadLetter, EventEnvelope, Message as _, SourcePosition};
+use hookstream_store::endpoints::ActiveEndpoint;
+use hookstream_store::StoreError;
+use hookstream_telemetry::prometheus::Registry;
+use hookstream_telemetry::Health;
+use serde::{Deserialize, Serialize};
+use subscriptions::{Route, Subscriptions};
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use uuid::Uuid;
+
+pub use metrics::DispatcherMetrics;
+
+/// The dispatcher's configuration file.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    pub database: DatabaseConfig,
+    pub kafka: KafkaConfig,
+    pub telemetry: TelemetryConfig,
+    pub delivery: DeliveryConfig,
+    pub dispatcher: DispatcherSettings,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DispatcherSettings {
+    /// Events processed at once by this instance (each may fan out to many endpoints).
+    pub max_in_flight_events: usize,
+    /// Fallback refresh of the subscription snapshot (changes also arrive by NOTIFY).
+    pub subscription_refresh_ms: u64,
+    /// How long SIGTERM waits for in-flight deliveries before exiting (keep it below the
+    /// pod's termination grace period). Unfinished work is redelivered by the next owner.
+    pub shutdown_grace_ms: u64,
+}
+
+impl Default for DispatcherSettings {
+    fn default() -> Self {
+        Self { max_in_flight_events: 1000, subscription_refresh_ms: 5_000, shutdown_grace_ms: 20_000 }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DispatchError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("kafka error: {0}")]
+    Kafka(#[from] KafkaError),
+    #[error(transparent)]
+    Engine(#[from] hookstream_delivery::EngineError),
+}
+
+/// Clears a partition's tracking state when it is revoked, before anyone else owns it.
+struct RebalanceContext {
+    tracker: Arc<Mutex<OffsetTracker>>,
+}
+
+impl ClientContext for RebalanceContext {}
+
+impl ConsumerContext for RebalanceContext {
+    fn pre_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        let mut tracker = self.tracker.lock().expect("tracker lock");
+        match rebalance {
+            Rebalance::Revoke(tpl) => {
+                for el in tpl.elements() {
+                    tracker.revoke(el.topic(), el.partition());
+                }
+                tracing::info!(partitions = tpl.count(), "partitions revoked");
+            }
+            Rebalance::Assign(tpl) => tracing::info!(partitions = tpl.count(), "partitions assigned"),
+            Rebalance::Error(e) => {
+                tracing::warn!(error = %e, "rebalance error, dropping all partition state");
+                tracker.revoke_all();
+            }
+        }
+    }
+}
+
+/// What every event task shares.
+struct Shared {
+    engine: Engine,
+    subs: Arc<Subscriptions>,
+    producer: FutureProducer,
+    pool: hookstream_store::sqlx::PgPool,
+    dlq_topic: String,
+    metrics: DispatcherMetrics,
+    shutdown: CancellationToken,
+    /// Per-endpoint caps on concurrent requests.
+    endpoint_slots: Mutex<HashMap<Uuid, Arc<Semaphore>>>,
+}
+
+/// Runs the dispatcher until `shutdown` is cancelled, then drains (see `DispatcherSettings`).
+pub async fn run(
+    cfg: Config,
+    registry: &Registry,
+    health: Health,
+    shutdown: CancellationToken,
+) -> Result<(), DispatchError> {
+    let metrics = DispatcherMetrics::register(registry);
+    let pool = hookstream_store::connect(&cfg.database).await?;
+    if cfg.database.migrate_on_start {
+        hookstream_store::migrate(&pool).await?;
+    }
+    let subs = Subscriptions::load(pool.clone()).await?;
+    let watcher = tokio::spawn(
+        subs.clone().watch(Duration::from_millis(cfg.dispatcher.subscription_refresh_ms), shutdown.clone()),
+    );
+    let tracker = Arc::new(Mutex::new(OffsetTracker::new()));
+    let consumer: StreamConsumer<RebalanceContext> = hookstream_kafka::consumer_config(&cfg.kafka, &cfg.kafka.group_id)
+        .create_with_context(RebalanceContext { tracker: tracker.clone() })?;
+    consumer.subscribe(&[cfg.kafka.topics.events.as_str()])?;
+    let producer: FutureProducer =
+        hookstream_kafka::producer_config(&cfg.kafka, Duration::from_secs(30)).create()?;
+    let shared = Arc::new(Shared {
+        engine: Engine::new(&cfg.delivery)?,
+        subs,
+        producer,
+        pool,
+        dlq_topic: cfg.kafka.topics.dlq.clone(),
+        metrics: metrics.clone(),
+        shutdown: shutdown.clone(),
+        endpoint_slots: Mutex::new(HashMap::new()),
+    });
+
+    let slots = Arc::new(Semaphore::new(cfg.dispatcher.max_in_flight_events.max(1)));
+    let (done_tx, mut done_rx) = mpsc::unbounded_channel::<Ticket>();
+    let tasks = TaskTracker::new();
+    health.set_ready(true);
+    tracing::info!(topic = %cfg.kafka.topics.events, group = %cfg.kafka.group_id, "dispatcher consuming");
+
+    loop {
+        tokio::select! {
+            biased;
+            _ = shutdown.cancelled() => break,
+            Some(ticket) = done_rx.recv() => complete(&consumer, &tracker, &ticket),
+            received = consumer.recv(), if slots.available_permits() > 0 => {
+                let msg = match received {
+                    Ok(m) => m,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "kafka consumer error");
+                        continue;
+                    }
+                };
+                let permit = slots.clone().try_acquire_owned().expect("a permit is available");
+                let ticket = tracker.lock().expect("tracker lock").begin(msg.topic(), msg.partition(), msg.offset());
+                let origin = SourcePosition { topic: msg.topic().to_string(), partition: msg.partition(), offset: msg.offset() };
+                let payload = msg.payload().map(Bytes::copy_from_slice).unwrap_or_default();
+                let shared = shared.clone();
+                let done_tx = done_tx.clone();
+                tasks.spawn(async move {
+                    if process(&shared, payload, origin, permit).await {
+                        let _ = done_tx.send(ticket);
+                    }
+                });
+            }
+        }
+    }
+
+    // Drain: no new messages; let in-flight deliveries finish within the grace period, store
+    // the offsets they complete, commit, leave the group.
+    health.set_ready(false);
+    tasks.close();
+    let grace = tokio::time::sleep(Duration::from_millis(cfg.dispatcher.shutdown_grace_ms));
+    tokio::pin!(grace);
+    loop {
+        tokio::select! {
+            Some(ticket) = done_rx.recv() => complete(&consumer, &tracker, &ticket),
+            _ = tasks.wait() => {
+                while let Ok(ticket) = done_rx.try_recv() {
+                    complete(&consumer, &tracker, &ticket);
+                }
+                break;
+            }
+            _ = &mut grace => {
+                tracing::warn!(in_flight = tracker.lock().expect("tracker lock").total_depth(),
+                    "grace period over; unfinished events will be redelivered");
+                break;
+            }
+        }
+    }
+    if let Err(e) = consumer.commit_consumer_state(CommitMode::Sync) {
+        // Nothing stored since the last auto-commit is a normal case.
+        tracing::debug!(error = %e, "final commit");
+    }
+    consumer.unsubscribe();
+    watcher.abort();
+    tracing::info!("dispatcher stopped");
+    Ok(())
+}
+
+/// Marks a message done and stores the partition's new committable offset, if it advanced.
+fn complete(consumer: &StreamConsumer<RebalanceContext>, tracker: &Mutex<OffsetTracker>, ticket: &Ticket) {
+    let Some(offset) = tracker.lock().expect("tracker lock").complete(ticket) else { return };
+    let mut tpl = TopicPartitionList::new();
+    if tpl.add_partition_offset(&ticket.topic, ticket.partition, Offset::Offset(offset)).is_ok() {
+        if let Err(e) = consumer.store_offsets(&tpl) {
+            // The partition was revoked meanwhile; its new owner redoes the work.
+            tracing::debug!(error = %e, topic = %ticket.topic, partition = ticket.partition, "offset not stored");
+        }
+    }
+}
+
+/// Processes one record to the end. Returns false only when shutting down left work undone
+/// (then the offset must not be stored).
+async fn process(shared: &Shared, payload: Bytes, origin: SourcePosition, _permit: OwnedSemaphorePermit) -> bool {
+    shared.metrics.in_flight.inc();
+    let finished = process_inner(shared, payload, origin).await;
+    shared.metrics.in_flight.dec();
+    finished
+}
+
+async fn process_inner(shared: &Shared, payload: Bytes, origin: SourcePosition) -> bool {
+    let event = match EventEnvelope::decode(payload.clone()) {
+        Ok(e) => e,
+        Err(e) => {
+            shared.metrics.events.with_label_values(&["undecodable"]).inc();
+            let letter = DeadLetter {
+                reason: format!("undecodable event record: {e}"),
+                error_class: "decode".into(),
+                raw: payload,
+                origin: Some(origin),
+                dead_at_ms: now_ms(),
+                ..Default::default()
+            };
+            return dead_letter(shared, letter, "").await;
+        }
+    };
+    let route = match Uuid::parse_str(&event.tenant_id) {
+        Err(_) => Route::UnknownTenant,
+        Ok(tenant) => loop {
+            match shared.subs.route(tenant, &event.event_type).await {
+                Ok(r) => break r,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot read subscriptions, retrying");
+                    if !pause(shared, Duration::from_secs(1)).await {
+                        return false;
+                    }
+                }
+            }
+        },
+    };
+    let endpoints = match route {
+        Route::UnknownTenant => {
+            shared.metrics.events.with_label_values(&["unknown_tenant"]).inc();
+            let letter = DeadLetter {
+                tenant_id: event.tenant_id.clone(),
+                reason: format!("unknown tenant {}", event.tenant_id),
+                error_class: "unknown_tenant".into(),
+                origin: Some(origin),
+                dead_at_ms: now_ms(),
+                event: Some(event),
+                ..Default::default()
+            };
+            return dead_letter(shared, letter, "").await;
+        }
+        Route::Endpoints(eps) if eps.is_empty() => {
+            shared.metrics.events.with_label_values(&["unsubscribed"]).inc();
+            return true;
+        }
+        Route::Endpoints(eps) => eps,
+    };
+    shared.metrics.events.with_label_values(&["routed"]).inc();
+    let deliveries = endpoints.iter().map(|ep| deliver_to(shared, &event, ep, &origin));
+    futures::future::join_all(deliveries).await.into_iter().all(|finished| finished)
+}
+
+/// One event to one endpoint. Failures become dead letters (retry tiers take this place next).
+async fn deliver_to(shared: &Shared, event: &EventEnvelope, ep: &ActiveEndpoint, origin: &SourcePosition) -> bool {
+    let cap = {
+        let mut slots = shared.endpoint_slots.lock().expect("slots lock");
+        slots
+            .entry(ep.endpoint.id)
+            .or_insert_with(|| Arc::new(Semaphore::new(ep.endpoint.max_in_flight.max(1) as usize)))
+            .clone()
+    };
+    let Ok(_slot) = cap.acquire_owned().await else { return false };
+    let started_ms = now_ms();
+    let target = Target {
+        url: &ep.endpoint.url,
+        timeout: Duration::from_millis(ep.endpoint.timeout_ms.max(1) as u64),
+        secrets: &ep.secrets,
+    };
+    let msg = Message { id: &event.event_id, event_type: &event.event_type, body: &event.payload, attempt: 1 };
+    let outcome = shared.engine.deliver(target, msg).await;
+    record(shared, &outcome);
+    match outcome.verdict {
+        Verdict::Delivered => true,
+        verdict => {
+            if verdict == Verdict::Gone {
+                disable_gone(shared, ep).await;
+            }
+            let reason = describe(&outcome);
+            tracing::info!(event_id = %event.event_id, endpoint_id = %ep.endpoint.id,
+                class = outcome.class.as_str(), reason = %reason, "delivery failed, dead-lettering");
+            let letter = DeadLetter {
+                event: Some(event.clone()),
+                endpoint_id: ep.endpoint.id.to_string(),
+                tenant_id: event.tenant_id.clone(),
+                reason,
+                error_class: outcome.class.as_str().into(),
+                last_status: outcome.status.map(i32::from).unwrap_or(0),
+                attempts: 1,
+                first_attempt_at_ms: started_ms,
+                dead_at_ms: now_ms(),
+                origin: Some(origin.clone()),
+                raw: Bytes::new(),
+                last_response: outcome.response.clone(),
+            };
+            dead_letter(shared, letter, &ep.endpoint.id.to_string()).await
+        }
+    }
+}
+
+fn describe(outcome: &Outcome) -> String {
+    let what = match outcome.verdict {
+        Verdict::Gone => "endpoint gone (HTTP 410), endpoint disabled",
+        Verdict::Permanent => "permanent failure",
+        Verdict::Retryable => "failed (retries not configured)",
+        Verdict::Delivered => "delivered",
+    };
+    match &outcome.error {
+        Some(e) => format!("{what}: {e}"),
+        None => what.to_string(),
+    }
+}
+
+fn record(shared: &Shared, outcome: &Outcome) {
+    let label = match outcome.verdict {
+        Verdict::Delivered => "delivered",
+        Verdict::Retryable => "retryable",
+        Verdict::Permanent => "permanent",
+        Verdict::Gone => "gone",
+    };
+    shared.metrics.deliveries.with_label_values(&[label]).inc();
+    shared.metrics.attempt_duration.with_label_values(&[label]).observe(outcome.latency.as_secs_f64());
+}
+
+async fn disable_gone(shared: &Shared, ep: &ActiveEndpoint) {
+    let reason = "receiver answered 410 Gone";
+    match hookstream_store::endpoints::set_enabled(&shared.pool, ep.endpoint.id, false, Some(reason)).await {
+        Ok(()) => {
+            shared.metrics.endpoints_disabled.with_label_values(&["gone"]).inc();
+            tracing::warn!(endpoint_id = %ep.endpoint.id, "endpoint disabled: receiver answered 410 Gone");
+        }
+        Err(e) => tracing::warn!(endpoint_id = %ep.endpoint.id, error = %e, "could not disable endpoint"),
+    }
+}
+
+/// Produces a dead letter and waits for Kafka's acknowledgement, retrying until it is
+/// acknowledged or the dispatcher shuts down (then returns false: the offset stays unstored).
+async fn dead_letter(shared: &Shared, letter: DeadLetter, key: &str) -> bool {
+    let class = if letter.error_class.is_empty() { ErrorClass::Other.as_str().to_string() } else { letter.error_class.clone() };
+    let bytes = letter.encode_to_vec();
+    loop {
+        let record = FutureRecord::to(&shared.dlq_topic).key(key).payload(&bytes);
+        match shared.producer.send(record, Duration::from_secs(5)).await {
+            Ok(_) => {
+                shared.metrics.dead_letters.with_label_values(&[class.as_str()]).inc();
+                return true;
+            }
+            Err((e, _)) => {
+                tracing::warn!(error = %e, "dead letter not acknowledged, retrying");
+                if !pause(shared, Duration::from_secs(1)).await {
+                    return false;
+                }
+            }
+        }
+    }
+}
+
+/// Sleeps unless shutting down; false when shutting down.
+async fn pause(shared: &Shared, d: Duration) -> bool {
+    tokio::select! {
+        _ = tokio::time::sleep(d) => true,
+        _ = shared.shutdown.cancelled() => false,
+    }
+}
+
+fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}

@@ -1,0 +1,62 @@
+//! The dispatcher's Prometheus metrics (`hookstream_dispatcher_*`). Labels come from small
+//! fixed sets (outcome, error class), never from URLs or tenant ids.
+
+use hookstream_telemetry::prometheus::{
+    exponential_buckets, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, Opts, Registry,
+};
+
+#[derive(Clone)]
+pub struct DispatcherMetrics {
+    /// Events consumed, by what happened to them: routed, unsubscribed, unknown_tenant, undecodable.
+    pub events: IntCounterVec,
+    /// Delivery attempts by verdict: delivered, retryable, permanent, gone.
+    pub deliveries: IntCounterVec,
+    pub attempt_duration: HistogramVec,
+    /// Records written to the DLQ, by error class.
+    pub dead_letters: IntCounterVec,
+    /// Events being processed right now.
+    pub in_flight: IntGauge,
+    /// Endpoints disabled because the receiver answered 410.
+    pub endpoints_disabled: IntCounterVec,
+}
+
+impl DispatcherMetrics {
+    pub fn register(registry: &Registry) -> Self {
+        let m = Self {
+            events: IntCounterVec::new(
+                Opts::new("hookstream_dispatcher_events_total", "Events consumed, by routing result"),
+                &["result"],
+            )
+            .unwrap(),
+            deliveries: IntCounterVec::new(
+                Opts::new("hookstream_dispatcher_deliveries_total", "Delivery attempts, by outcome"),
+                &["outcome"],
+            )
+            .unwrap(),
+            attempt_duration: HistogramVec::new(
+                HistogramOpts::new("hookstream_dispatcher_attempt_duration_seconds", "HTTP attempt latency")
+                    .buckets(exponential_buckets(0.001, 2.0, 16).unwrap()),
+                &["outcome"],
+            )
+            .unwrap(),
+            dead_letters: IntCounterVec::new(
+                Opts::new("hookstream_dispatcher_dead_letters_total", "Records sent to the DLQ, by error class"),
+                &["error_class"],
+            )
+            .unwrap(),
+            in_flight: IntGauge::new("hookstream_dispatcher_in_flight_events", "Events being processed").unwrap(),
+            endpoints_disabled: IntCounterVec::new(
+                Opts::new("hookstream_dispatcher_endpoints_disabled_total", "Endpoints disabled, by reason"),
+                &["reason"],
+            )
+            .unwrap(),
+        };
+        let _ = registry.register(Box::new(m.events.clone()));
+        let _ = registry.register(Box::new(m.deliveries.clone()));
+        let _ = registry.register(Box::new(m.attempt_duration.clone()));
+        let _ = registry.register(Box::new(m.dead_letters.clone()));
+        let _ = registry.register(Box::new(m.in_flight.clone()));
+        let _ = registry.register(Box::new(m.endpoints_disabled.clone()));
+        m
+    }
+}

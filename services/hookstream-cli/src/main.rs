@@ -1,0 +1,357 @@
+//! `hookstream`: the command-line tool for operators and developers.
+//!
+//! With no flags it talks to the local stack that `make up` starts; `--config`, flags and
+//! `HOOKSTREAM_<SECTION>__<KEY>` environment variables point it elsewhere. Errors print one
+//! line and exit non-zero.
+
+#![forbid(unsafe_code)]
+
+mod listen;
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context as _};
+use clap::{Args, Parser, Subcommand};
+use hookstream_config::{DatabaseConfig, KafkaConfig};
+use hookstream_store::outbox::NewEvent;
+use hookstream_store::sqlx::PgPool;
+use hookstream_store::{endpoints, outbox, tenants, StoreError};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+#[derive(Parser)]
+#[command(name = "hookstream", version, about = "Hookstream webhook dispatcher: operate and develop against it")]
+struct Cli {
+    /// TOML file with [database] and [kafka] sections (other sections are ignored).
+    #[arg(long, global = true, env = "HOOKSTREAM_CONFIG")]
+    config: Option<PathBuf>,
+    /// PostgreSQL URL (overrides the config).
+    #[arg(long, global = true)]
+    database_url: Option<String>,
+    /// Kafka bootstrap servers (overrides the config).
+    #[arg(long, global = true)]
+    brokers: Option<String>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Apply the database migrations.
+    Migrate,
+    /// Manage Kafka topics.
+    #[command(subcommand)]
+    Topics(TopicsCmd),
+    /// Manage tenants.
+    #[command(subcommand)]
+    Tenant(TenantCmd),
+    /// Manage endpoints.
+    #[command(subcommand)]
+    Endpoint(EndpointCmd),
+    /// Publish events through the outbox.
+    #[command(subcommand)]
+    Event(EventCmd),
+    /// Inspect the outbox.
+    #[command(subcommand)]
+    Outbox(OutboxCmd),
+    /// Run a receiver that verifies each delivery's signature and prints it.
+    Listen(listen::ListenArgs),
+}
+
+#[derive(Subcommand)]
+enum TopicsCmd {
+    /// Create the events, DLQ and attempts topics if missing.
+    Create {
+        #[arg(long, default_value_t = 6)]
+        partitions: i32,
+        #[arg(long, default_value_t = 1)]
+        replication: i32,
+    },
+}
+
+#[derive(Subcommand)]
+enum TenantCmd {
+    /// Create a tenant.
+    Create {
+        name: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// List tenants.
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum EndpointCmd {
+    /// Create an endpoint; prints its signing secret once.
+    Create(EndpointCreate),
+    /// List endpoints.
+    List {
+        /// Tenant id or name.
+        #[arg(long)]
+        tenant: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Stop delivering to an endpoint.
+    Disable { id: Uuid },
+    /// Deliver to an endpoint again.
+    Enable { id: Uuid },
+}
+
+#[derive(Args)]
+struct EndpointCreate {
+    /// Tenant id or name.
+    #[arg(long)]
+    tenant: String,
+    #[arg(long)]
+    url: String,
+    /// Comma-separated filters such as `order.*,user.created`; empty means every type.
+    #[arg(long, value_delimiter = ',')]
+    event_types: Vec<String>,
+    /// Requests per second at most.
+    #[arg(long)]
+    rate_limit: Option<i32>,
+    /// Per-request timeout (100 to 30000 ms).
+    #[arg(long)]
+    timeout_ms: Option<i32>,
+    /// Concurrent requests at most.
+    #[arg(long)]
+    max_in_flight: Option<i32>,
+    #[arg(long, default_value = "")]
+    description: String,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Subcommand)]
+enum EventCmd {
+    /// Write events to the outbox in one transaction; prints their ids.
+    Publish(EventPublish),
+}
+
+#[derive(Args)]
+struct EventPublish {
+    /// Tenant id or name.
+    #[arg(long)]
+    tenant: String,
+    #[arg(long = "type")]
+    event_type: String,
+    /// Aggregate id: events of one aggregate are delivered in order.
+    #[arg(long, default_value = "")]
+    aggregate: String,
+    #[arg(long, default_value = "")]
+    aggregate_type: String,
+    /// The payload, a JSON object.
+    #[arg(long)]
+    data: String,
+    #[arg(long, default_value_t = 1)]
+    count: u32,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Subcommand)]
+enum OutboxCmd {
+    /// Rows waiting and the oldest row's age.
+    Backlog,
+    /// Rows the relay quarantined, with reasons.
+    Quarantined {
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// The CLI reads the services' [database] and [kafka] sections and ignores the rest.
+#[derive(Debug, Default, Serialize, Deserialize)]
+#[serde(default)]
+struct CliConfig {
+    database: DatabaseConfig,
+    kafka: KafkaConfig,
+}
+
+#[tokio::main]
+async fn main() {
+    let cli = Cli::parse();
+    if let Err(e) = run(cli).await {
+        eprintln!("hookstream: {}", one_line(&e));
+        std::process::exit(1);
+    }
+}
+
+fn one_line(e: &anyhow::Error) -> String {
+    match e.downcast_ref::<StoreError>() {
+        Some(StoreError::Database(db)) => format!("database error: {db}"),
+        _ => format!("{e:#}").replace('\n', " "),
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    let mut cfg: CliConfig = hookstream_config::load(cli.config.as_deref())?;
+    if let Some(url) = cli.database_url {
+        cfg.database.url = url;
+    }
+    if let Some(brokers) = cli.brokers {
+        cfg.kafka.brokers = brokers;
+    }
+    cfg.database.max_connections = 2;
+    match cli.command {
+        Command::Listen(args) => listen::run(args).await,
+        Command::Topics(TopicsCmd::Create { partitions, replication }) => {
+            let t = &cfg.kafka.topics;
+            let topics = [(t.events.as_str(), partitions), (t.dlq.as_str(), partitions), (t.attempts.as_str(), partitions)];
+            hookstream_kafka::ensure_topics(&cfg.kafka, &topics, replication)
+                .await
+                .with_context(|| format!("creating topics on {}", cfg.kafka.brokers))?;
+            println!("topics ready: {}, {}, {}", t.events, t.dlq, t.attempts);
+            Ok(())
+        }
+        command => {
+            let pool = hookstream_store::connect(&cfg.database)
+                .await
+                .with_context(|| format!("connecting to {}", redact(&cfg.database.url)))?;
+            run_db(command, &pool).await
+        }
+    }
+}
+
+async fn run_db(command: Command, pool: &PgPool) -> anyhow::Result<()> {
+    match command {
+        Command::Migrate => {
+            hookstream_store::migrate(pool).await?;
+            println!("migrations applied");
+        }
+        Command::Tenant(TenantCmd::Create { name, json }) => {
+            let t = tenants::create(pool, &name).await?;
+            if json {
+                println!("{}", serde_json::json!({ "id": t.id, "name": t.name }));
+            } else {
+                println!("tenant {} created: {}", t.name, t.id);
+            }
+        }
+        Command::Tenant(TenantCmd::List { json }) => {
+            let all = tenants::list(pool).await?;
+            if json {
+                println!("{}", serde_json::to_string(&all)?);
+            } else {
+                for t in all {
+                    println!("{}  {}", t.id, t.name);
+                }
+            }
+        }
+        Command::Endpoint(EndpointCmd::Create(a)) => {
+            let tenant_id = resolve_tenant(pool, &a.tenant).await?;
+            let (ep, secret) = endpoints::create(
+                pool,
+                endpoints::NewEndpoint {
+                    tenant_id,
+                    url: a.url,
+                    description: a.description,
+                    event_types: a.event_types,
+                    rate_limit_per_s: a.rate_limit,
+                    timeout_ms: a.timeout_ms,
+                    max_in_flight: a.max_in_flight,
+                },
+            )
+            .await?;
+            if a.json {
+                println!("{}", serde_json::json!({ "id": ep.id, "secret": secret.expose() }));
+            } else {
+                println!("endpoint {} created for {}\nsigning secret (shown once): {}", ep.id, ep.url, secret.expose());
+            }
+        }
+        Command::Endpoint(EndpointCmd::List { tenant, json }) => {
+            let tenant = match tenant {
+                Some(t) => Some(resolve_tenant(pool, &t).await?),
+                None => None,
+            };
+            let all = endpoints::list(pool, tenant).await?;
+            if json {
+                println!("{}", serde_json::to_string(&all)?);
+            } else {
+                for e in all {
+                    let state = if e.enabled { "enabled".to_string() } else {
+                        format!("disabled ({})", e.disabled_reason.as_deref().unwrap_or("by an operator"))
+                    };
+                    let types = if e.event_types.is_empty() { "*".to_string() } else { e.event_types.join(",") };
+                    println!("{}  {}  types={}  {}", e.id, e.url, types, state);
+                }
+            }
+        }
+        Command::Endpoint(EndpointCmd::Disable { id }) => {
+            endpoints::set_enabled(pool, id, false, Some("disabled by an operator")).await?;
+            println!("endpoint {id} disabled");
+        }
+        Command::Endpoint(EndpointCmd::Enable { id }) => {
+            endpoints::set_enabled(pool, id, true, None).await?;
+            println!("endpoint {id} enabled");
+        }
+        Command::Event(EventCmd::Publish(a)) => {
+            let tenant_id = resolve_tenant(pool, &a.tenant).await?;
+            let payload: serde_json::Value =
+                serde_json::from_str(&a.data).map_err(|e| anyhow::anyhow!("--data is not valid JSON: {e}"))?;
+            if !payload.is_object() {
+                bail!("--data must be a JSON object");
+            }
+            let event = NewEvent::new(tenant_id, a.event_type, payload).aggregate(a.aggregate_type, a.aggregate);
+            let mut tx = pool.begin().await?;
+            let mut ids = Vec::with_capacity(a.count as usize);
+            for _ in 0..a.count {
+                ids.push(outbox::enqueue(&mut tx, &event).await?);
+            }
+            tx.commit().await?;
+            if a.json {
+                println!("{}", serde_json::json!({ "event_ids": ids }));
+            } else {
+                for id in ids {
+                    println!("{id}");
+                }
+            }
+        }
+        Command::Outbox(OutboxCmd::Backlog) => {
+            let (rows, age) = outbox::backlog(pool).await?;
+            println!("{rows} rows waiting, oldest {age:.1} s");
+        }
+        Command::Outbox(OutboxCmd::Quarantined { json }) => {
+            let rows = outbox::quarantined(pool).await?;
+            if json {
+                println!("{}", serde_json::to_string(&rows)?);
+            } else {
+                for r in rows {
+                    println!("{}  {}  {}  {}", r.id, r.event_id, r.event_type, r.reason);
+                }
+            }
+        }
+        Command::Listen(_) | Command::Topics(_) => unreachable!("handled without a database"),
+    }
+    Ok(())
+}
+
+/// Accepts a tenant id or a tenant name.
+async fn resolve_tenant(pool: &PgPool, text: &str) -> anyhow::Result<Uuid> {
+    if let Ok(id) = Uuid::parse_str(text) {
+        return match tenants::get(pool, id).await {
+            Ok(t) => Ok(t.id),
+            Err(StoreError::NotFound(_)) => bail!("unknown tenant {id}"),
+            Err(e) => Err(e.into()),
+        };
+    }
+    match tenants::find_by_name(pool, text).await? {
+        Some(t) => Ok(t.id),
+        None => bail!("unknown tenant {text:?}"),
+    }
+}
+
+/// Hides a password in a URL before printing it.
+fn redact(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(mut u) if u.password().is_some() => {
+            let _ = u.set_password(Some("***"));
+            u.to_string()
+        }
+        _ => url.to_string(),
+    }
+}

@@ -1,0 +1,404 @@
+//! The outbox-relay: ships committed outbox rows from PostgreSQL into Kafka.
+//!
+//! Rows are claimed per shard, oldest first, with `FOR UPDATE SKIP LOCKED` in a transaction;
+//! produced (idempotent producer) keyed by tenant and aggregate; and deleted in the same
+//! transaction only after Kafka acknowledged every one of them (invariant 1). A shard has one
+//! owner at a time (a session-level advisory lock held on the connection that runs the
+//! claims), so an aggregate's events reach Kafka in commit order even with several relays.
+//! Rows that can never be shipped move to `hookstream.outbox_quarantine` with a reason
+//! instead of blocking their shard (invariant 5).
+
+#![forbid(unsafe_code)]
+
+mod metrics;
+
+use std::time::{Duration, Instant};
+
+use hookstream_config::{DatabaseConfig, KafkaConfig, TelemetryConfig};
+use hookstream_kafka::rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use hookstream_kafka::rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
+use hookstream_proto::{EventEnvelope, Message as _};
+use hookstream_store::outbox::{self, OutboxRow};
+use hookstream_store::sqlx::postgres::{PgConnection, PgListener};
+use hookstream_store::sqlx::{self, Connection, PgPool};
+use hookstream_store::StoreError;
+use hookstream_telemetry::prometheus::Registry;
+use hookstream_telemetry::Health;
+use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
+
+pub use metrics::RelayMetrics;
+
+/// Namespace (first key) of the shard advisory locks.
+const SHARD_LOCK_NAMESPACE: i32 = 0x486b_5374; // "HkSt"
+
+/// The relay's configuration file (see `config/` for examples).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    pub database: DatabaseConfig,
+    pub kafka: KafkaConfig,
+    pub telemetry: TelemetryConfig,
+    pub relay: RelaySettings,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RelaySettings {
+    /// Most rows claimed in one transaction.
+    pub batch_size: i64,
+    /// Fallback poll when no NOTIFY arrives.
+    pub poll_interval_ms: u64,
+    /// How long Kafka may take to acknowledge before the batch is rolled back and retried.
+    pub produce_timeout_ms: u64,
+    /// Largest encoded record shipped; larger rows are quarantined (keep below the topic's
+    /// `max.message.bytes`).
+    pub max_record_bytes: usize,
+    /// Ceiling of the exponential backoff after Kafka or PostgreSQL errors.
+    pub max_backoff_ms: u64,
+    /// How often to try to take over shards that have no owner.
+    pub rebalance_interval_ms: u64,
+}
+
+impl Default for RelaySettings {
+    fn default() -> Self {
+        Self {
+            batch_size: 1000,
+            poll_interval_ms: 500,
+            produce_timeout_ms: 30_000,
+            max_record_bytes: 1_000_000,
+            max_backoff_ms: 30_000,
+            rebalance_interval_ms: 2_000,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RelayError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("database error: {0}")]
+    Database(#[from] sqlx::Error),
+    #[error("kafka error: {0}")]
+    Kafka(#[from] KafkaError),
+}
+
+/// Runs the relay until `shutdown` is cancelled; then finishes the batch in flight, releases
+/// its shards and returns.
+pub async fn run(
+    cfg: Config,
+    registry: &Registry,
+    health: Health,
+    shutdown: CancellationToken,
+) -> Result<(), RelayError> {
+    let metrics = RelayMetrics::register(registry);
+    let pool = hookstream_store::connect(&cfg.database).await?;
+    if cfg.database.migrate_on_start {
+        hookstream_store::migrate(&pool).await?;
+    }
+    let producer: FutureProducer =
+        hookstream_kafka::producer_config(&cfg.kafka, Duration::from_millis(cfg.relay.produce_timeout_ms))
+            .create()?;
+    let backlog = tokio::spawn(watch_backlog(pool.clone(), metrics.clone(), shutdown.clone()));
+    let mut relay = Relay { cfg, pool, producer, metrics, shutdown: shutdown.clone(), owner: None, shards: vec![] };
+    health.set_ready(true);
+    let result = relay.run_loop().await;
+    health.set_ready(false);
+    relay.release().await;
+    backlog.abort();
+    // Flush whatever the producer still holds (only acknowledged rows were deleted anyway).
+    let _ = relay.producer.flush(Duration::from_secs(5));
+    result
+}
+
+struct Relay {
+    cfg: Config,
+    pool: PgPool,
+    producer: FutureProducer,
+    metrics: RelayMetrics,
+    shutdown: CancellationToken,
+    /// The connection that holds the shard locks and runs every claim transaction.
+    owner: Option<PgConnection>,
+    shards: Vec<i32>,
+}
+
+/// What one batch did.
+struct BatchResult {
+    claimed: usize,
+}
+
+impl Relay {
+    async fn run_loop(&mut self) -> Result<(), RelayError> {
+        let mut listener = self.listen().await;
+        let mut backoff = Backoff::new(Duration::from_millis(self.cfg.relay.max_backoff_ms));
+        let mut last_rebalance = Instant::now() - Duration::from_secs(3600);
+        let rebalance_every = Duration::from_millis(self.cfg.relay.rebalance_interval_ms);
+        let poll = Duration::from_millis(self.cfg.relay.poll_interval_ms);
+        while !self.shutdown.is_cancelled() {
+            if self.owner.is_none() || last_rebalance.elapsed() >= rebalance_every {
+                last_rebalance = Instant::now();
+                if let Err(e) = self.acquire_shards().await {
+                    tracing::warn!(error = %e, "cannot reach postgresql to own shards, retrying");
+                    self.owner = None;
+                    self.shards.clear();
+                    self.metrics.shards_owned.set(0);
+                    self.sleep(backoff.next()).await;
+                    continue;
+                }
+            }
+            let result = if self.shards.is_empty() {
+                Ok(BatchResult { claimed: 0 })
+            } else {
+                self.ship_batch().await
+            };
+            match result {
+                Ok(batch) => {
+                    backoff.reset();
+                    if batch.claimed as i64 >= self.cfg.relay.batch_size {
+                        continue; // more is waiting: no pause under load
+                    }
+                }
+                Err(e) => {
+                    let delay = backoff.next();
+                    tracing::warn!(error = %e, backoff_ms = delay.as_millis() as u64, "batch failed, rows stay in the outbox");
+                    if matches!(e, RelayError::Database(_) | RelayError::Store(_)) {
+                        // The connection may be broken; its locks are gone with it then.
+                        self.owner = None;
+                        self.shards.clear();
+                        self.metrics.shards_owned.set(0);
+                        listener = None;
+                    }
+                    self.sleep(delay).await;
+                    continue;
+                }
+            }
+            if listener.is_none() {
+                listener = self.listen().await;
+            }
+            // Idle: wait for a commit notification, the fallback poll, or shutdown.
+            let notified = async {
+                match listener.as_mut() {
+                    Some(l) => l.recv().await.map(|_| ()),
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                r = notified => if r.is_err() { listener = None; },
+                _ = tokio::time::sleep(poll) => {}
+                _ = self.shutdown.cancelled() => {}
+            }
+        }
+        Ok(())
+    }
+
+    async fn listen(&self) -> Option<PgListener> {
+        let mut l = PgListener::connect_with(&self.pool).await.ok()?;
+        l.listen(outbox::NOTIFY_CHANNEL).await.ok()?;
+        Some(l)
+    }
+
+    async fn sleep(&self, d: Duration) {
+        tokio::select! {
+            _ = tokio::time::sleep(d) => {}
+            _ = self.shutdown.cancelled() => {}
+        }
+    }
+
+    /// Takes every shard that has no owner. (Sharing shards fairly among several relays is
+    /// the next step; today a second relay is a hot standby that takes over dead shards.)
+    async fn acquire_shards(&mut self) -> Result<(), RelayError> {
+        if self.owner.is_none() {
+            let conn = PgConnection::connect(&self.cfg.database.url).await?;
+            self.owner = Some(conn);
+            self.shards.clear();
+        }
+        let conn = self.owner.as_mut().expect("owner connection");
+        let count: i32 = sqlx::query_scalar("SELECT hookstream.shard_count()").fetch_one(&mut *conn).await?;
+        for shard in 0..count {
+            if self.shards.contains(&shard) {
+                continue;
+            }
+            let got: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1, $2)")
+                .bind(SHARD_LOCK_NAMESPACE)
+                .bind(shard)
+                .fetch_one(&mut *conn)
+                .await?;
+            if got {
+                tracing::info!(shard, "shard acquired");
+                self.shards.push(shard);
+            }
+        }
+        self.shards.sort_unstable();
+        self.metrics.shards_owned.set(self.shards.len() as i64);
+        Ok(())
+    }
+
+    async fn release(&mut self) {
+        if let Some(mut conn) = self.owner.take() {
+            let _ = sqlx::query("SELECT pg_advisory_unlock_all()").execute(&mut conn).await;
+            let _ = conn.close().await;
+            tracing::info!(shards = self.shards.len(), "shards released");
+        }
+        self.shards.clear();
+        self.metrics.shards_owned.set(0);
+    }
+
+    async fn ship_batch(&mut self) -> Result<BatchResult, RelayError> {
+        let started = Instant::now();
+        let topic = self.cfg.kafka.topics.events.clone();
+        let max_bytes = self.cfg.relay.max_record_bytes;
+        let conn = self.owner.as_mut().expect("owner connection");
+        let mut tx = conn.begin().await?;
+        let rows = outbox::claim(&mut tx, &self.shards, self.cfg.relay.batch_size).await?;
+        if rows.is_empty() {
+            tx.commit().await?;
+            return Ok(BatchResult { claimed: 0 });
+        }
+        let mut quarantined: Vec<(i64, String)> = Vec::new();
+        let mut pending: Vec<(i64, DeliveryFuture)> = Vec::with_capacity(rows.len());
+        for row in &rows {
+            if let Some(reason) = unshippable(row) {
+                quarantined.push((row.id, reason));
+                continue;
+            }
+            let record = envelope(row).encode_to_vec();
+            if record.len() > max_bytes {
+                quarantined.push((row.id, format!("record of {} bytes exceeds the {max_bytes}-byte limit", record.len())));
+                continue;
+            }
+            let key = kafka_key(row);
+            // Enqueue strictly in id order; per-partition order then holds end to end.
+            let future = loop {
+                match self.producer.send_result(FutureRecord::to(&topic).key(&key).payload(&record)) {
+                    Ok(f) => break f,
+                    Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                    }
+                    Err((e, _)) => return Err(e.into()),
+                }
+            };
+            pending.push((row.id, future));
+        }
+        let mut shipped = Vec::with_capacity(pending.len());
+        let mut failure: Option<KafkaError> = None;
+        for (id, future) in pending {
+            match future.await {
+                Ok(Ok(_)) => shipped.push(id),
+                Ok(Err((KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge), _))) => {
+                    quarantined.push((id, "record too large for the events topic".into()));
+                }
+                Ok(Err((e, _))) => {
+                    failure.get_or_insert(e);
+                }
+                Err(_canceled) => {
+                    failure.get_or_insert(KafkaError::Canceled);
+                }
+            }
+        }
+        if let Some(e) = failure {
+            // Nothing is deleted: rows stay and are shipped again (acknowledged ones twice).
+            self.metrics.produce_errors.inc();
+            tx.rollback().await?;
+            return Err(e.into());
+        }
+        outbox::finish(&mut tx, &shipped, &quarantined).await?;
+        tx.commit().await?;
+        for (id, reason) in &quarantined {
+            tracing::warn!(outbox_id = id, reason = %reason, "outbox row quarantined");
+        }
+        self.metrics.record_batch(rows.len(), shipped.len(), quarantined.len(), started.elapsed());
+        Ok(BatchResult { claimed: rows.len() })
+    }
+}
+
+/// Why a row can never be shipped, if it cannot.
+fn unshippable(row: &OutboxRow) -> Option<String> {
+    if !row.tenant_known {
+        return Some(format!("unknown tenant {}", row.tenant_id));
+    }
+    if !row.payload_is_object {
+        return Some("payload is not a JSON object".into());
+    }
+    if row.event_type.is_empty() {
+        return Some("empty event type".into());
+    }
+    None
+}
+
+/// Events of one aggregate share a key, hence a partition, hence an order.
+fn kafka_key(row: &OutboxRow) -> String {
+    if row.aggregate_id.is_empty() {
+        format!("{}/{}", row.tenant_id, row.event_id)
+    } else {
+        format!("{}/{}", row.tenant_id, row.aggregate_id)
+    }
+}
+
+fn envelope(row: &OutboxRow) -> EventEnvelope {
+    let headers = match &row.headers {
+        serde_json::Value::Object(map) => map
+            .iter()
+            .map(|(k, v)| (k.clone(), v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string())))
+            .collect(),
+        _ => Default::default(),
+    };
+    EventEnvelope {
+        event_id: row.event_id.to_string(),
+        tenant_id: row.tenant_id.to_string(),
+        event_type: row.event_type.clone(),
+        aggregate_type: row.aggregate_type.clone(),
+        aggregate_id: row.aggregate_id.clone(),
+        payload: row.payload.clone().into_bytes().into(),
+        headers,
+        created_at_ms: row.created_at.timestamp_millis(),
+        outbox_id: row.id,
+    }
+}
+
+async fn watch_backlog(pool: PgPool, metrics: RelayMetrics, shutdown: CancellationToken) {
+    loop {
+        if let Ok((rows, age)) = outbox::backlog(&pool).await {
+            metrics.backlog_rows.set(rows);
+            metrics.oldest_age_seconds.set(age);
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_secs(5)) => {}
+            _ = shutdown.cancelled() => return,
+        }
+    }
+}
+
+/// Exponential backoff from 100 ms to a ceiling.
+struct Backoff {
+    current: Duration,
+    max: Duration,
+}
+
+impl Backoff {
+    fn new(max: Duration) -> Self {
+        Self { current: Duration::ZERO, max }
+    }
+    fn next(&mut self) -> Duration {
+        self.current = (self.current * 2).clamp(Duration::from_millis(100), self.max);
+        self.current
+    }
+    fn reset(&mut self) {
+        self.current = Duration::ZERO;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_to_its_ceiling_and_resets() {
+        let mut b = Backoff::new(Duration::from_millis(500));
+        assert_eq!(b.next(), Duration::from_millis(100));
+        assert_eq!(b.next(), Duration::from_millis(200));
+        assert_eq!(b.next(), Duration::from_millis(400));
+        assert_eq!(b.next(), Duration::from_millis(500));
+        b.reset();
+        assert_eq!(b.next(), Duration::from_millis(100));
+    }
+}
