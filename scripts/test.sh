@@ -16,4 +16,4 @@ psql -qAt "$HOOKSTREAM_TEST_DATABASE_URL" -c \
 
 cd "$REPO_ROOT"
 log "running the test suite"
-cargo test --workspace --all-targets "$@"
+cargo test --workspace --all-targets --no-fail-fast "$@"

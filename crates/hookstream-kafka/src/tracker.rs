@@ -58,7 +58,7 @@ impl OffsetTracker {
         let next_epoch = &mut self.next_epoch;
         let state = self.partitions.entry((topic.to_string(), partition)).or_insert_with(|| {
             *next_epoch += 1;
-            PartitionState { epoch: *next_epoch, outstanding: BTreeSet::new(), next: offset, stored: -1 }
+            PartitionState { epoch: *next_epoch, outstanding: BTreeSet::new(), next: offset, stored: offset }
         });
         state.outstanding.insert(offset);
         state.next = state.next.max(offset + 1);
