@@ -5,8 +5,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let file = root.join("hookstream/v1/messages.proto");
     println!("cargo:rerun-if-changed={}", root.display());
     let descriptors = protox::compile([&file], [&root])?;
-    prost_build::Config::new()
-        .bytes(["."])
-        .compile_fds(descriptors)?;
+    prost_build::Config::new().bytes(["."]).compile_fds(descriptors)?;
     Ok(())
 }

@@ -37,7 +37,10 @@ where
     let mut figment = Figment::from(Serialized::defaults(T::default()));
     if let Some(path) = file {
         if !path.exists() {
-            return Err(ConfigError(format!("config file {} does not exist", path.display())));
+            return Err(ConfigError(format!(
+                "config file {} does not exist",
+                path.display()
+            )));
         }
         figment = figment.merge(Toml::file(path));
     }
@@ -46,7 +49,9 @@ where
 }
 
 fn env_provider() -> Env {
-    Env::prefixed(ENV_PREFIX).filter(|key| key.as_str().contains("__")).split("__")
+    Env::prefixed(ENV_PREFIX)
+        .filter(|key| key.as_str().contains("__"))
+        .split("__")
 }
 
 /// Where the PostgreSQL database is.
@@ -125,7 +130,11 @@ pub struct TelemetryConfig {
 
 impl Default for TelemetryConfig {
     fn default() -> Self {
-        Self { listen: "127.0.0.1:0".into(), log_format: "text".into(), log_level: "info".into() }
+        Self {
+            listen: "127.0.0.1:0".into(),
+            log_format: "text".into(),
+            log_level: "info".into(),
+        }
     }
 }
 
@@ -141,9 +150,13 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::result_large_err)] // figment's Jail API returns its own large error
     fn layers_defaults_file_env_and_rejects_unknown_keys() {
         figment::Jail::expect_with(|jail| {
-            jail.create_file("c.toml", "[database]\nurl = \"postgres://file\"\n[kafka.topics]\nevents = \"e\"\n")?;
+            jail.create_file(
+                "c.toml",
+                "[database]\nurl = \"postgres://file\"\n[kafka.topics]\nevents = \"e\"\n",
+            )?;
             jail.set_env("HOOKSTREAM_KAFKA__BROKERS", "k:1");
             jail.set_env("HOOKSTREAM_STATE_DIR", "/not/config");
             let cfg: Cfg = load(Some(Path::new("c.toml"))).unwrap();

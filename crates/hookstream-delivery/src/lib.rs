@@ -129,7 +129,15 @@ pub struct Outcome {
 
 impl Outcome {
     fn failed(verdict: Verdict, class: ErrorClass, error: String, latency: Duration) -> Self {
-        Self { verdict, class, status: None, error: Some(error), retry_after: None, latency, response: Bytes::new() }
+        Self {
+            verdict,
+            class,
+            status: None,
+            error: Some(error),
+            retry_after: None,
+            latency,
+            response: Bytes::new(),
+        }
     }
 }
 
@@ -191,7 +199,9 @@ impl Engine {
         let started = Instant::now();
         let url = match self.check_url(target.url) {
             Ok(url) => url,
-            Err((class, error)) => return Outcome::failed(Verdict::Permanent, class, error, started.elapsed()),
+            Err((class, error)) => {
+                return Outcome::failed(Verdict::Permanent, class, error, started.elapsed())
+            }
         };
         if target.secrets.is_empty() {
             return Outcome::failed(
@@ -218,7 +228,12 @@ impl Engine {
             Ok(r) => r,
             Err(e) => {
                 let (class, error) = classify_error(&e);
-                return Outcome::failed(Verdict::Retryable.unless_blocked(class), class, error, started.elapsed());
+                return Outcome::failed(
+                    Verdict::Retryable.unless_blocked(class),
+                    class,
+                    error,
+                    started.elapsed(),
+                );
             }
         };
         let status = response.status().as_u16();
@@ -241,9 +256,13 @@ impl Engine {
     }
 
     fn check_url(&self, raw: &str) -> Result<reqwest::Url, (ErrorClass, String)> {
-        let url = reqwest::Url::parse(raw).map_err(|e| (ErrorClass::InvalidUrl, format!("invalid url: {e}")))?;
+        let url =
+            reqwest::Url::parse(raw).map_err(|e| (ErrorClass::InvalidUrl, format!("invalid url: {e}")))?;
         if !matches!(url.scheme(), "http" | "https") {
-            return Err((ErrorClass::InvalidUrl, format!("unsupported scheme {}", url.scheme())));
+            return Err((
+                ErrorClass::InvalidUrl,
+                format!("unsupported scheme {}", url.scheme()),
+            ));
         }
         // IP literals are connected to without a resolver, so they are checked here.
         let literal = match url.host() {
@@ -254,7 +273,10 @@ impl Engine {
         };
         if let Some(ip) = literal {
             if !self.policy.permits(ip) {
-                return Err((ErrorClass::SsrfBlocked, format!("destination address {ip} is forbidden")));
+                return Err((
+                    ErrorClass::SsrfBlocked,
+                    format!("destination address {ip} is forbidden"),
+                ));
             }
         }
         Ok(url)
@@ -333,7 +355,10 @@ pub fn parse_retry_after(value: &str, now: SystemTime) -> Option<Duration> {
 }
 
 fn unix_now() -> i64 {
-    SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
 }
 
 #[cfg(test)]
@@ -391,7 +416,12 @@ mod tests {
         let (addr, hits) = receiver().await;
         let secrets = [Secret::generate()];
         let body = Bytes::from_static(b"{}");
-        let msg = Message { id: "evt", event_type: "t", body: &body, attempt: 1 };
+        let msg = Message {
+            id: "evt",
+            event_type: "t",
+            body: &body,
+            attempt: 1,
+        };
         let port = addr.port();
         for url in [
             format!("http://127.0.0.1:{port}/"),
@@ -404,15 +434,27 @@ mod tests {
             "http://169.254.169.254/latest/meta-data/".to_string(),
             "http://10.0.0.1/".to_string(),
         ] {
-            let target = Target { url: &url, timeout: Duration::from_secs(2), secrets: &secrets };
+            let target = Target {
+                url: &url,
+                timeout: Duration::from_secs(2),
+                secrets: &secrets,
+            };
             let out = engine(&[]).deliver(target, msg).await;
             assert_eq!(out.class, ErrorClass::SsrfBlocked, "{url}: {:?}", out.error);
             assert_eq!(out.verdict, Verdict::Permanent);
         }
-        assert_eq!(hits.load(std::sync::atomic::Ordering::SeqCst), 0, "no connection may reach the target");
+        assert_eq!(
+            hits.load(std::sync::atomic::Ordering::SeqCst),
+            0,
+            "no connection may reach the target"
+        );
 
         let url = format!("http://127.0.0.1:{port}/");
-        let target = Target { url: &url, timeout: Duration::from_secs(2), secrets: &secrets };
+        let target = Target {
+            url: &url,
+            timeout: Duration::from_secs(2),
+            secrets: &secrets,
+        };
         let out = engine(&["127.0.0.0/8"]).deliver(target, msg).await;
         assert_eq!(out.verdict, Verdict::Delivered, "{:?}", out.error);
         assert_eq!(hits.load(std::sync::atomic::Ordering::SeqCst), 1);

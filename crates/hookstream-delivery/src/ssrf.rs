@@ -68,7 +68,7 @@ fn forbidden_v4(ip: Ipv4Addr) -> bool {
         || (a == 198 && b == 51 && c == 100)        // TEST-NET-2
         || (a == 203 && b == 0 && c == 113)         // TEST-NET-3
         || ip.is_multicast()                        // 224/4
-        || a >= 240                                 // 240/4 reserved, broadcast
+        || a >= 240 // 240/4 reserved, broadcast
 }
 
 fn forbidden_v6(ip: Ipv6Addr) -> bool {
@@ -108,7 +108,11 @@ impl Resolve for GuardedResolver {
             let (ok, refused): (Vec<SocketAddr>, Vec<SocketAddr>) =
                 resolved.into_iter().partition(|a| policy.permits(a.ip()));
             if ok.is_empty() {
-                let addrs = refused.iter().map(|a| a.ip().to_string()).collect::<Vec<_>>().join(", ");
+                let addrs = refused
+                    .iter()
+                    .map(|a| a.ip().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ");
                 return Err(Box::new(SsrfBlocked { host, addrs }) as Box<dyn std::error::Error + Send + Sync>);
             }
             Ok(Box::new(ok.into_iter()) as Addrs)
@@ -127,11 +131,32 @@ mod tests {
     #[test]
     fn refuses_every_non_public_range() {
         for s in [
-            "127.0.0.1", "127.1.2.3", "10.0.0.1", "172.16.0.1", "172.31.255.255", "192.168.1.1",
-            "169.254.169.254", "100.64.0.1", "100.100.100.200", "0.0.0.0", "0.1.2.3", "224.0.0.1",
-            "255.255.255.255", "::1", "::", "fc00::1", "fd00:ec2::254", "fe80::1", "::ffff:127.0.0.1",
-            "::ffff:10.0.0.1", "::ffff:169.254.169.254", "64:ff9b::a00:1", "2002:7f00:1::", "::127.0.0.1",
-            "2001:db8::1", "ff02::1",
+            "127.0.0.1",
+            "127.1.2.3",
+            "10.0.0.1",
+            "172.16.0.1",
+            "172.31.255.255",
+            "192.168.1.1",
+            "169.254.169.254",
+            "100.64.0.1",
+            "100.100.100.200",
+            "0.0.0.0",
+            "0.1.2.3",
+            "224.0.0.1",
+            "255.255.255.255",
+            "::1",
+            "::",
+            "fc00::1",
+            "fd00:ec2::254",
+            "fe80::1",
+            "::ffff:127.0.0.1",
+            "::ffff:10.0.0.1",
+            "::ffff:169.254.169.254",
+            "64:ff9b::a00:1",
+            "2002:7f00:1::",
+            "::127.0.0.1",
+            "2001:db8::1",
+            "ff02::1",
         ] {
             assert!(is_forbidden(ip(s)), "{s} must be refused");
         }
@@ -139,8 +164,15 @@ mod tests {
 
     #[test]
     fn permits_public_addresses() {
-        for s in ["1.1.1.1", "8.8.8.8", "172.32.0.1", "100.128.0.1", "2606:4700::1111", "::ffff:1.1.1.1",
-                  "64:ff9b::101:101"] {
+        for s in [
+            "1.1.1.1",
+            "8.8.8.8",
+            "172.32.0.1",
+            "100.128.0.1",
+            "2606:4700::1111",
+            "::ffff:1.1.1.1",
+            "64:ff9b::101:101",
+        ] {
             assert!(!is_forbidden(ip(s)), "{s} is public");
         }
     }
@@ -149,7 +181,10 @@ mod tests {
     fn allow_list_is_the_only_way_around() {
         let policy = AddressPolicy::new(vec!["127.0.0.0/8".parse().unwrap()]);
         assert!(policy.permits(ip("127.0.0.1")));
-        assert!(policy.permits(ip("::ffff:127.0.0.1")), "mapped form follows the v4 allow-list");
+        assert!(
+            policy.permits(ip("::ffff:127.0.0.1")),
+            "mapped form follows the v4 allow-list"
+        );
         assert!(!policy.permits(ip("10.0.0.1")));
         assert!(!policy.permits(ip("::1")));
         assert!(!AddressPolicy::default().permits(ip("127.0.0.1")));

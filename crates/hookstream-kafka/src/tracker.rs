@@ -56,19 +56,34 @@ impl OffsetTracker {
     /// Records that a message is being processed.
     pub fn begin(&mut self, topic: &str, partition: i32, offset: i64) -> Ticket {
         let next_epoch = &mut self.next_epoch;
-        let state = self.partitions.entry((topic.to_string(), partition)).or_insert_with(|| {
-            *next_epoch += 1;
-            PartitionState { epoch: *next_epoch, outstanding: BTreeSet::new(), next: offset, stored: offset }
-        });
+        let state = self
+            .partitions
+            .entry((topic.to_string(), partition))
+            .or_insert_with(|| {
+                *next_epoch += 1;
+                PartitionState {
+                    epoch: *next_epoch,
+                    outstanding: BTreeSet::new(),
+                    next: offset,
+                    stored: offset,
+                }
+            });
         state.outstanding.insert(offset);
         state.next = state.next.max(offset + 1);
-        Ticket { topic: topic.to_string(), partition, offset, epoch: state.epoch }
+        Ticket {
+            topic: topic.to_string(),
+            partition,
+            offset,
+            epoch: state.epoch,
+        }
     }
 
     /// Marks a message done. Returns the offset to store when the committable position
     /// advanced, `None` otherwise (including for stale tickets from a revoked assignment).
     pub fn complete(&mut self, ticket: &Ticket) -> Option<i64> {
-        let state = self.partitions.get_mut(&(ticket.topic.clone(), ticket.partition))?;
+        let state = self
+            .partitions
+            .get_mut(&(ticket.topic.clone(), ticket.partition))?;
         if state.epoch != ticket.epoch || !state.outstanding.remove(&ticket.offset) {
             return None;
         }
@@ -83,7 +98,9 @@ impl OffsetTracker {
 
     /// Messages begun and not yet completed on a partition.
     pub fn depth(&self, topic: &str, partition: i32) -> usize {
-        self.partitions.get(&(topic.to_string(), partition)).map_or(0, |s| s.outstanding.len())
+        self.partitions
+            .get(&(topic.to_string(), partition))
+            .map_or(0, |s| s.outstanding.len())
     }
 
     /// Messages in flight over all partitions.
@@ -93,7 +110,10 @@ impl OffsetTracker {
 
     /// (topic, partition, depth) for every tracked partition, for the per-partition gauge.
     pub fn depths(&self) -> Vec<(String, i32, usize)> {
-        self.partitions.iter().map(|((t, p), s)| (t.clone(), *p, s.outstanding.len())).collect()
+        self.partitions
+            .iter()
+            .map(|((t, p), s)| (t.clone(), *p, s.outstanding.len()))
+            .collect()
     }
 }
 
@@ -131,7 +151,11 @@ mod tests {
         assert_eq!(t.complete(&old), None);
         // Re-assigned: the same offset is consumed again under a new epoch.
         let again = t.begin("e", 0, 3);
-        assert_eq!(t.complete(&old), None, "a stale ticket must not complete new work");
+        assert_eq!(
+            t.complete(&old),
+            None,
+            "a stale ticket must not complete new work"
+        );
         assert_eq!(t.complete(&again), Some(4));
     }
 

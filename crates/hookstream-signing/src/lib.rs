@@ -71,7 +71,10 @@ impl Secret {
 
     /// Parses `whsec_<base64>`.
     pub fn parse(text: &str) -> Result<Self, SecretError> {
-        let b64 = text.trim().strip_prefix(PREFIX).ok_or(SecretError::MissingPrefix)?;
+        let b64 = text
+            .trim()
+            .strip_prefix(PREFIX)
+            .ok_or(SecretError::MissingPrefix)?;
         let key = B64.decode(b64).map_err(|_| SecretError::NotBase64)?;
         if !(MIN_KEY_LEN..=MAX_KEY_LEN).contains(&key.len()) {
             return Err(SecretError::BadLength(key.len()));
@@ -133,13 +136,18 @@ pub fn verify(
     if id.is_empty() {
         return Err(VerifyError::BadHeader(HEADER_ID));
     }
-    let ts: i64 = timestamp.trim().parse().map_err(|_| VerifyError::BadHeader(HEADER_TIMESTAMP))?;
+    let ts: i64 = timestamp
+        .trim()
+        .parse()
+        .map_err(|_| VerifyError::BadHeader(HEADER_TIMESTAMP))?;
     if (now_unix - ts).abs() > tolerance_secs {
         return Err(VerifyError::StaleTimestamp);
     }
     let mut saw_v1 = false;
     for entry in signatures.split_whitespace() {
-        let Some(sig) = entry.strip_prefix("v1,") else { continue };
+        let Some(sig) = entry.strip_prefix("v1,") else {
+            continue;
+        };
         saw_v1 = true;
         let Ok(raw) = B64.decode(sig) else { continue };
         // `verify_slice` compares in constant time.
@@ -169,7 +177,16 @@ mod tests {
     fn matches_the_specification_example() {
         let secret = Secret::parse(SPEC_SECRET).unwrap();
         assert_eq!(signature_header([&secret], SPEC_ID, SPEC_TS, SPEC_BODY), SPEC_SIG);
-        verify(&secret, SPEC_ID, &SPEC_TS.to_string(), SPEC_SIG, SPEC_BODY, SPEC_TS, 300).unwrap();
+        verify(
+            &secret,
+            SPEC_ID,
+            &SPEC_TS.to_string(),
+            SPEC_SIG,
+            SPEC_BODY,
+            SPEC_TS,
+            300,
+        )
+        .unwrap();
     }
 
     #[test]
@@ -191,15 +208,24 @@ mod tests {
         verify(&old, "id", "10", &header, b"{}", 10, 300).unwrap();
         verify(&new, "id", "10", &header, b"{}", 10, 300).unwrap();
         let other = Secret::generate();
-        assert_eq!(verify(&other, "id", "10", &header, b"{}", 10, 300), Err(VerifyError::NoMatch));
+        assert_eq!(
+            verify(&other, "id", "10", &header, b"{}", 10, 300),
+            Err(VerifyError::NoMatch)
+        );
     }
 
     #[test]
     fn rejects_tampering_and_stale_timestamps() {
         let s = Secret::generate();
         let header = signature_header([&s], "id", 1000, b"{\"a\":1}");
-        assert_eq!(verify(&s, "id", "1000", &header, b"{\"a\":2}", 1000, 300), Err(VerifyError::NoMatch));
-        assert_eq!(verify(&s, "id2", "1000", &header, b"{\"a\":1}", 1000, 300), Err(VerifyError::NoMatch));
+        assert_eq!(
+            verify(&s, "id", "1000", &header, b"{\"a\":2}", 1000, 300),
+            Err(VerifyError::NoMatch)
+        );
+        assert_eq!(
+            verify(&s, "id2", "1000", &header, b"{\"a\":1}", 1000, 300),
+            Err(VerifyError::NoMatch)
+        );
         assert_eq!(
             verify(&s, "id", "1000", &header, b"{\"a\":1}", 1000 + 301, 300),
             Err(VerifyError::StaleTimestamp)

@@ -51,13 +51,17 @@ const COLUMNS: &str = "id, tenant_id, url, description, event_types, enabled, di
 pub fn validate_url(raw: &str) -> Result<url::Url, StoreError> {
     let url = url::Url::parse(raw).map_err(|e| StoreError::Invalid(format!("invalid url {raw:?}: {e}")))?;
     if !matches!(url.scheme(), "http" | "https") {
-        return Err(StoreError::Invalid(format!("invalid url {raw:?}: scheme must be http or https")));
+        return Err(StoreError::Invalid(format!(
+            "invalid url {raw:?}: scheme must be http or https"
+        )));
     }
     if url.host().is_none() {
         return Err(StoreError::Invalid(format!("invalid url {raw:?}: no host")));
     }
     if !url.username().is_empty() || url.password().is_some() {
-        return Err(StoreError::Invalid(format!("invalid url {raw:?}: credentials in the url are not allowed")));
+        return Err(StoreError::Invalid(format!(
+            "invalid url {raw:?}: credentials in the url are not allowed"
+        )));
     }
     Ok(url)
 }
@@ -72,10 +76,11 @@ pub async fn create(pool: &PgPool, new: NewEndpoint) -> Result<(Endpoint, Secret
         }
     }
     let mut tx = pool.begin().await?;
-    let tenant_exists: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM hookstream.tenants WHERE id = $1)")
-        .bind(new.tenant_id)
-        .fetch_one(&mut *tx)
-        .await?;
+    let tenant_exists: bool =
+        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM hookstream.tenants WHERE id = $1)")
+            .bind(new.tenant_id)
+            .fetch_one(&mut *tx)
+            .await?;
     if !tenant_exists {
         return Err(StoreError::NotFound(format!("tenant {}", new.tenant_id)));
     }
@@ -107,11 +112,13 @@ pub async fn create(pool: &PgPool, new: NewEndpoint) -> Result<(Endpoint, Secret
 }
 
 pub async fn get(pool: &PgPool, id: Uuid) -> Result<Endpoint, StoreError> {
-    sqlx::query_as::<_, Endpoint>(&format!("SELECT {COLUMNS} FROM hookstream.endpoints WHERE id = $1"))
-        .bind(id)
-        .fetch_optional(pool)
-        .await?
-        .ok_or_else(|| StoreError::NotFound(format!("endpoint {id}")))
+    sqlx::query_as::<_, Endpoint>(&format!(
+        "SELECT {COLUMNS} FROM hookstream.endpoints WHERE id = $1"
+    ))
+    .bind(id)
+    .fetch_optional(pool)
+    .await?
+    .ok_or_else(|| StoreError::NotFound(format!("endpoint {id}")))
 }
 
 pub async fn list(pool: &PgPool, tenant: Option<Uuid>) -> Result<Vec<Endpoint>, StoreError> {
@@ -124,7 +131,12 @@ pub async fn list(pool: &PgPool, tenant: Option<Uuid>) -> Result<Vec<Endpoint>, 
 }
 
 /// Enables or disables an endpoint; `reason` is kept for people reading the endpoint list.
-pub async fn set_enabled(pool: &PgPool, id: Uuid, enabled: bool, reason: Option<&str>) -> Result<(), StoreError> {
+pub async fn set_enabled(
+    pool: &PgPool,
+    id: Uuid,
+    enabled: bool,
+    reason: Option<&str>,
+) -> Result<(), StoreError> {
     let done = sqlx::query(
         "UPDATE hookstream.endpoints SET enabled = $2, disabled_reason = CASE WHEN $2 THEN NULL ELSE $3 END,
                 updated_at = now() WHERE id = $1",
@@ -143,7 +155,9 @@ pub async fn set_enabled(pool: &PgPool, id: Uuid, enabled: bool, reason: Option<
 /// Everything the dispatcher needs to route: every tenant id, and every enabled endpoint with
 /// its unexpired secrets. Secrets that fail to parse are skipped with a warning (never logged).
 pub async fn load_active(pool: &PgPool) -> Result<(Vec<Uuid>, Vec<ActiveEndpoint>), StoreError> {
-    let tenants: Vec<Uuid> = sqlx::query_scalar("SELECT id FROM hookstream.tenants").fetch_all(pool).await?;
+    let tenants: Vec<Uuid> = sqlx::query_scalar("SELECT id FROM hookstream.tenants")
+        .fetch_all(pool)
+        .await?;
     let endpoints = sqlx::query_as::<_, Endpoint>(&format!(
         "SELECT {COLUMNS} FROM hookstream.endpoints WHERE enabled ORDER BY id"
     ))

@@ -20,10 +20,15 @@ impl EventFilter {
             let valid = p == "*"
                 || (!body.is_empty()
                     && body.split('.').all(|seg| {
-                        !seg.is_empty() && seg.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+                        !seg.is_empty()
+                            && seg
+                                .chars()
+                                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
                     }));
             if !valid {
-                return Err(format!("invalid event-type filter {p:?}: use `a.b`, `a.*` or `*`"));
+                return Err(format!(
+                    "invalid event-type filter {p:?}: use `a.b`, `a.*` or `*`"
+                ));
             }
             out.push(p.to_string());
         }

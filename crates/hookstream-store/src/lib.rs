@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use hookstream_config::DatabaseConfig;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::PgPool;
+use sqlx::{Connection, PgConnection, PgPool};
 
 pub use filter::EventFilter;
 pub use sqlx;
@@ -48,12 +48,17 @@ impl StoreError {
 
 /// Opens a connection pool.
 pub async fn connect(cfg: &DatabaseConfig) -> Result<PgPool, StoreError> {
-    let options: PgConnectOptions =
-        cfg.url.parse().map_err(|e| StoreError::Invalid(format!("bad database url: {e}")))?;
+    let options: PgConnectOptions = cfg
+        .url
+        .parse()
+        .map_err(|e| StoreError::Invalid(format!("bad database url: {e}")))?;
+    let options = options.application_name("hookstream");
+    // One direct connection first: a pool hides why it cannot connect behind a timeout.
+    PgConnection::connect_with(&options).await?.close().await?;
     let pool = PgPoolOptions::new()
         .max_connections(cfg.max_connections)
         .acquire_timeout(Duration::from_secs(10))
-        .connect_with(options.application_name("hookstream"))
+        .connect_with(options)
         .await?;
     Ok(pool)
 }

@@ -78,7 +78,11 @@ pub struct OutboxRow {
 
 /// Locks up to `limit` rows of the given shards, oldest first. Call inside a transaction;
 /// rows locked by another transaction are skipped (they are in flight elsewhere).
-pub async fn claim(conn: &mut PgConnection, shards: &[i32], limit: i64) -> Result<Vec<OutboxRow>, StoreError> {
+pub async fn claim(
+    conn: &mut PgConnection,
+    shards: &[i32],
+    limit: i64,
+) -> Result<Vec<OutboxRow>, StoreError> {
     Ok(sqlx::query_as::<_, OutboxRow>(
         "SELECT o.id, o.event_id, o.tenant_id, o.event_type, o.aggregate_type, o.aggregate_id,
                 o.payload::text AS payload, o.headers, o.created_at, o.shard,
@@ -123,7 +127,10 @@ pub async fn finish(
         .await?;
     }
     if !shipped.is_empty() {
-        sqlx::query("DELETE FROM hookstream.outbox WHERE id = ANY($1)").bind(shipped).execute(&mut *conn).await?;
+        sqlx::query("DELETE FROM hookstream.outbox WHERE id = ANY($1)")
+            .bind(shipped)
+            .execute(&mut *conn)
+            .await?;
     }
     Ok(())
 }

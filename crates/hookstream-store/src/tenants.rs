@@ -17,7 +17,9 @@ pub struct Tenant {
 pub async fn create(pool: &PgPool, name: &str) -> Result<Tenant, StoreError> {
     let name = name.trim();
     if name.is_empty() || name.len() > 200 {
-        return Err(StoreError::Invalid("tenant name must be 1 to 200 characters".into()));
+        return Err(StoreError::Invalid(
+            "tenant name must be 1 to 200 characters".into(),
+        ));
     }
     sqlx::query_as::<_, Tenant>(
         "INSERT INTO hookstream.tenants (id, name) VALUES ($1, $2) RETURNING id, name, created_at",
@@ -43,14 +45,20 @@ pub async fn get(pool: &PgPool, id: Uuid) -> Result<Tenant, StoreError> {
 }
 
 pub async fn find_by_name(pool: &PgPool, name: &str) -> Result<Option<Tenant>, StoreError> {
-    Ok(sqlx::query_as::<_, Tenant>("SELECT id, name, created_at FROM hookstream.tenants WHERE name = $1")
-        .bind(name)
-        .fetch_optional(pool)
-        .await?)
+    Ok(
+        sqlx::query_as::<_, Tenant>("SELECT id, name, created_at FROM hookstream.tenants WHERE name = $1")
+            .bind(name)
+            .fetch_optional(pool)
+            .await?,
+    )
 }
 
 pub async fn list(pool: &PgPool) -> Result<Vec<Tenant>, StoreError> {
-    Ok(sqlx::query_as::<_, Tenant>("SELECT id, name, created_at FROM hookstream.tenants ORDER BY created_at")
+    Ok(
+        sqlx::query_as::<_, Tenant>(
+            "SELECT id, name, created_at FROM hookstream.tenants ORDER BY created_at",
+        )
         .fetch_all(pool)
-        .await?)
+        .await?,
+    )
 }

@@ -26,8 +26,14 @@ pub use prometheus;
 pub fn init_logging(cfg: &TelemetryConfig) {
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(&cfg.log_level));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
-    let _ = if cfg.log_format == "json" { builder.json().try_init() } else { builder.try_init() };
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = if cfg.log_format == "json" {
+        builder.json().try_init()
+    } else {
+        builder.try_init()
+    };
 }
 
 /// Readiness flag flipped by the service once it is connected and working.
@@ -68,14 +74,21 @@ pub async fn serve_admin(
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(ready))
         .with_state(AdminState { registry, health });
-    axum::serve(listener, app).with_graceful_shutdown(async move { shutdown.cancelled().await }).await
+    axum::serve(listener, app)
+        .with_graceful_shutdown(async move { shutdown.cancelled().await })
+        .await
 }
 
 async fn metrics(State(state): State<AdminState>) -> impl IntoResponse {
     let mut buf = Vec::new();
     let families = state.registry.gather();
     match TextEncoder::new().encode(&families, &mut buf) {
-        Ok(()) => (StatusCode::OK, [("content-type", "text/plain; version=0.0.4")], buf).into_response(),
+        Ok(()) => (
+            StatusCode::OK,
+            [("content-type", "text/plain; version=0.0.4")],
+            buf,
+        )
+            .into_response(),
         Err(e) => {
             tracing::error!(error = %e, "failed to encode metrics");
             StatusCode::INTERNAL_SERVER_ERROR.into_response()

@@ -47,12 +47,20 @@ impl TestEnv {
         let id = Uuid::new_v4().simple().to_string()[..12].to_string();
         let name = format!("hs_test_{id}");
         let base = base_database_url();
-        let admin = PgPool::connect(&base).await.context("connecting to the test PostgreSQL (is it running?)")?;
-        sqlx::query(&format!("CREATE DATABASE {name}")).execute(&admin).await?;
+        let admin = PgPool::connect(&base)
+            .await
+            .context("connecting to the test PostgreSQL (is it running?)")?;
+        sqlx::query(&format!("CREATE DATABASE {name}"))
+            .execute(&admin)
+            .await?;
         admin.close().await;
         let mut url = url::Url::parse(&base)?;
         url.set_path(&name);
-        let database = DatabaseConfig { url: url.to_string(), max_connections: 10, migrate_on_start: false };
+        let database = DatabaseConfig {
+            url: url.to_string(),
+            max_connections: 10,
+            migrate_on_start: false,
+        };
         let pool = hookstream_store::connect(&database).await?;
         hookstream_store::migrate(&pool).await?;
 
@@ -69,12 +77,22 @@ impl TestEnv {
         };
         hookstream_kafka::ensure_topics(
             &kafka,
-            &[(&topics.events, partitions), (&topics.dlq, partitions), (&topics.attempts, partitions)],
+            &[
+                (&topics.events, partitions),
+                (&topics.dlq, partitions),
+                (&topics.attempts, partitions),
+            ],
             1,
         )
         .await
         .context("creating test topics (is Kafka running?)")?;
-        Ok(Self { name, database, kafka, pool, partitions })
+        Ok(Self {
+            name,
+            database,
+            kafka,
+            pool,
+            partitions,
+        })
     }
 
     pub async fn tenant(&self, name: &str) -> anyhow::Result<Uuid> {
@@ -82,7 +100,12 @@ impl TestEnv {
     }
 
     /// Creates an endpoint for `receiver` and hands the receiver its secret.
-    pub async fn endpoint(&self, tenant: Uuid, receiver: &Receiver, event_types: &[&str]) -> anyhow::Result<Uuid> {
+    pub async fn endpoint(
+        &self,
+        tenant: Uuid,
+        receiver: &Receiver,
+        event_types: &[&str],
+    ) -> anyhow::Result<Uuid> {
         let (ep, secret) = hookstream_store::endpoints::create(
             &self.pool,
             hookstream_store::endpoints::NewEndpoint {
@@ -111,7 +134,9 @@ impl TestEnv {
 
     /// Rows still in the outbox.
     pub async fn outbox_len(&self) -> anyhow::Result<i64> {
-        Ok(sqlx::query_scalar("SELECT count(*) FROM hookstream.outbox").fetch_one(&self.pool).await?)
+        Ok(sqlx::query_scalar("SELECT count(*) FROM hookstream.outbox")
+            .fetch_one(&self.pool)
+            .await?)
     }
 
     /// End offsets (high watermarks) of every partition of a topic.
@@ -146,7 +171,8 @@ impl TestEnv {
     /// `timeout` passed; returns (partition, key, payload) in partition order.
     pub fn read_topic(&self, topic: &str, expected: usize, timeout: Duration) -> anyhow::Result<Vec<Record>> {
         let mut cfg = hookstream_kafka::client_config(&self.kafka);
-        cfg.set("group.id", format!("reader.{}", Uuid::new_v4())).set("enable.auto.commit", "false");
+        cfg.set("group.id", format!("reader.{}", Uuid::new_v4()))
+            .set("enable.auto.commit", "false");
         let consumer: BaseConsumer = cfg.create()?;
         let mut tpl = TopicPartitionList::new();
         for p in 0..self.partitions {
@@ -161,7 +187,10 @@ impl TestEnv {
                 out.push(Record {
                     partition: m.partition(),
                     offset: m.offset(),
-                    key: m.key().map(|k| String::from_utf8_lossy(k).into_owned()).unwrap_or_default(),
+                    key: m
+                        .key()
+                        .map(|k| String::from_utf8_lossy(k).into_owned())
+                        .unwrap_or_default(),
                     payload: m.payload().unwrap_or_default().to_vec(),
                 });
             }

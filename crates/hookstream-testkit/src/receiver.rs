@@ -47,14 +47,22 @@ pub struct Receiver {
 
 impl Receiver {
     pub async fn start(behaviour: Behaviour) -> Self {
-        let inner = Arc::new(Inner { behaviour, secret: Mutex::new(None), received: Mutex::new(Vec::new()) });
+        let inner = Arc::new(Inner {
+            behaviour,
+            secret: Mutex::new(None),
+            received: Mutex::new(Vec::new()),
+        });
         let app = Router::new().fallback(handle).with_state(inner.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind receiver");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind receiver");
         let addr = listener.local_addr().expect("receiver address");
         let stop = CancellationToken::new();
         let token = stop.clone();
         tokio::spawn(async move {
-            let _ = axum::serve(listener, app).with_graceful_shutdown(async move { token.cancelled().await }).await;
+            let _ = axum::serve(listener, app)
+                .with_graceful_shutdown(async move { token.cancelled().await })
+                .await;
         });
         Self { addr, inner, stop }
     }
@@ -83,7 +91,13 @@ impl Drop for Receiver {
 }
 
 async fn handle(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Bytes) -> StatusCode {
-    let get = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
+    let get = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_string()
+    };
     let verified = inner
         .secret
         .lock()

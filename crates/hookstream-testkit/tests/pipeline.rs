@@ -23,7 +23,10 @@ struct Service {
 impl Service {
     async fn stop(self) {
         self.shutdown.cancel();
-        self.handle.await.expect("service task").expect("service exits cleanly");
+        self.handle
+            .await
+            .expect("service task")
+            .expect("service exits cleanly");
     }
 }
 
@@ -31,14 +34,19 @@ fn start_relay(env: &TestEnv) -> Service {
     let cfg = outbox_relay::Config {
         database: env.database.clone(),
         kafka: env.kafka.clone(),
-        relay: outbox_relay::RelaySettings { poll_interval_ms: 200, ..Default::default() },
+        relay: outbox_relay::RelaySettings {
+            poll_interval_ms: 200,
+            ..Default::default()
+        },
         ..Default::default()
     };
     let shutdown = CancellationToken::new();
     let token = shutdown.clone();
     let handle = tokio::spawn(async move {
         let registry = prometheus::Registry::new();
-        outbox_relay::run(cfg, &registry, Default::default(), token).await.map_err(Into::into)
+        outbox_relay::run(cfg, &registry, Default::default(), token)
+            .await
+            .map_err(Into::into)
     });
     Service { shutdown, handle }
 }
@@ -56,7 +64,9 @@ fn start_dispatcher(env: &TestEnv) -> Service {
     let token = shutdown.clone();
     let handle = tokio::spawn(async move {
         let registry = prometheus::Registry::new();
-        dispatcher::run(cfg, &registry, Default::default(), token).await.map_err(Into::into)
+        dispatcher::run(cfg, &registry, Default::default(), token)
+            .await
+            .map_err(Into::into)
     });
     Service { shutdown, handle }
 }
@@ -98,7 +108,13 @@ async fn delivers_1000_events_to_exactly_the_subscribed_endpoints() {
     let dispatcher = start_dispatcher(&env);
 
     // 1,000 events over two tenants and five types, in 10 transactions of 100.
-    let types = ["order.created", "order.item.added", "user.created", "user.deleted", "invoice.paid"];
+    let types = [
+        "order.created",
+        "order.item.added",
+        "user.created",
+        "user.deleted",
+        "invoice.paid",
+    ];
     let mut expected: HashMap<&str, HashSet<String>> = HashMap::new();
     let mut bodies: HashMap<String, serde_json::Value> = HashMap::new();
     for batch in 0..10 {
@@ -107,7 +123,10 @@ async fn delivers_1000_events_to_exactly_the_subscribed_endpoints() {
             let n = batch * 100 + i;
             let tenant = if n % 2 == 0 { acme } else { globex };
             let payload = json!({ "n": n, "note": "naïve café ✓" });
-            events.push(NewEvent::new(tenant, types[n % types.len()], payload).aggregate("order", format!("agg-{}", n % 17)));
+            events.push(
+                NewEvent::new(tenant, types[n % types.len()], payload)
+                    .aggregate("order", format!("agg-{}", n % 17)),
+            );
         }
         let ids = env.publish(&events).await.unwrap();
         for (id, e) in ids.iter().zip(&events) {
@@ -128,25 +147,50 @@ async fn delivers_1000_events_to_exactly_the_subscribed_endpoints() {
         }
     }
     let total: usize = expected.values().map(HashSet::len).sum();
-    assert_eq!(total, 500 + 200 + 100, "globex gets its 500, acme 200 order.* and 100 user.created");
+    assert_eq!(
+        total,
+        500 + 200 + 100,
+        "globex gets its 500, acme 200 order.* and 100 user.created"
+    );
 
     let all_arrived = eventually(Duration::from_secs(60), || {
         let n = orders.count() + users.count() + everything.count();
         async move { n >= total }
     })
     .await;
-    assert!(all_arrived, "only {} of {total} deliveries arrived", orders.count() + users.count() + everything.count());
+    assert!(
+        all_arrived,
+        "only {} of {total} deliveries arrived",
+        orders.count() + users.count() + everything.count()
+    );
     // Anything extra (a wrong route) would arrive with the rest; give it a moment to show.
-    assert!(wait_committed_to_end(&env).await, "offsets never reached the end of the topic");
+    assert!(
+        wait_committed_to_end(&env).await,
+        "offsets never reached the end of the topic"
+    );
 
-    for (name, receiver) in [("orders", &orders), ("users", &users), ("everything", &everything)] {
+    for (name, receiver) in [
+        ("orders", &orders),
+        ("users", &users),
+        ("everything", &everything),
+    ] {
         let got = receiver.received();
         let ids: HashSet<String> = got.iter().map(|r| r.webhook_id.clone()).collect();
-        assert_eq!(&ids, &expected[name], "{name} received exactly its subscribed events");
-        let dups = counts(got.iter().map(|r| r.webhook_id.clone())).values().filter(|c| **c > 1).count();
+        assert_eq!(
+            &ids, &expected[name],
+            "{name} received exactly its subscribed events"
+        );
+        let dups = counts(got.iter().map(|r| r.webhook_id.clone()))
+            .values()
+            .filter(|c| **c > 1)
+            .count();
         assert_eq!(dups, 0, "{name}: no duplicates without a crash");
         for r in &got {
-            assert!(r.verified, "{name}: signature of {} verifies with the standardwebhooks crate", r.webhook_id);
+            assert!(
+                r.verified,
+                "{name}: signature of {} verifies with the standardwebhooks crate",
+                r.webhook_id
+            );
             let body: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
             assert_eq!(body, bodies[&r.webhook_id], "payload delivered as published");
         }
@@ -167,8 +211,9 @@ async fn an_unsubscribed_event_goes_nowhere_and_its_offset_still_advances() {
     let relay = start_relay(&env);
     let dispatcher = start_dispatcher(&env);
 
-    let events: Vec<NewEvent> =
-        (0..20).map(|i| NewEvent::new(tenant, "user.deleted", json!({ "i": i })).aggregate("user", i.to_string())).collect();
+    let events: Vec<NewEvent> = (0..20)
+        .map(|i| NewEvent::new(tenant, "user.deleted", json!({ "i": i })).aggregate("user", i.to_string()))
+        .collect();
     env.publish(&events).await.unwrap();
 
     assert!(
@@ -179,9 +224,15 @@ async fn an_unsubscribed_event_goes_nowhere_and_its_offset_still_advances() {
         .await,
         "all 20 events reached Kafka"
     );
-    assert!(wait_committed_to_end(&env).await, "the group's committed offsets reach the end");
+    assert!(
+        wait_committed_to_end(&env).await,
+        "the group's committed offsets reach the end"
+    );
     assert_eq!(receiver.count(), 0, "no endpoint subscribes to user.deleted");
-    assert!(dead_letters(&env, 1).is_empty(), "an unsubscribed event is not an error");
+    assert!(
+        dead_letters(&env, 1).is_empty(),
+        "an unsubscribed event is not an error"
+    );
 
     dispatcher.stop().await;
     relay.stop().await;
@@ -208,16 +259,24 @@ async fn bad_outbox_rows_are_quarantined_and_do_not_block_the_rows_behind_them()
     .execute(&env.pool)
     .await
     .unwrap();
-    let good: Vec<NewEvent> =
-        (0..10).map(|i| NewEvent::new(tenant, "order.created", json!({ "i": i })).aggregate("order", "a1")).collect();
+    let good: Vec<NewEvent> = (0..10)
+        .map(|i| NewEvent::new(tenant, "order.created", json!({ "i": i })).aggregate("order", "a1"))
+        .collect();
     let good_ids = env.publish(&good).await.unwrap();
 
     let relay = start_relay(&env);
     let dispatcher = start_dispatcher(&env);
-    assert!(eventually(Duration::from_secs(30), || async { receiver.count() >= 10 }).await, "good rows delivered");
+    assert!(
+        eventually(Duration::from_secs(30), || async { receiver.count() >= 10 }).await,
+        "good rows delivered"
+    );
     let got: HashSet<String> = receiver.received().iter().map(|r| r.webhook_id.clone()).collect();
     let want: Vec<String> = good_ids.iter().map(Uuid::to_string).collect();
-    assert_eq!(got, want.iter().cloned().collect::<HashSet<_>>(), "every good row is delivered");
+    assert_eq!(
+        got,
+        want.iter().cloned().collect::<HashSet<_>>(),
+        "every good row is delivered"
+    );
     // One aggregate, one key: the events topic holds them in commit order.
     let in_kafka: Vec<String> = env
         .read_topic(&env.kafka.topics.events, 10, Duration::from_secs(10))
@@ -251,7 +310,9 @@ async fn failed_deliveries_and_poison_records_are_dead_lettered_with_a_reason() 
 
     // Poison bytes and an event of an unknown tenant, straight into the events topic.
     let producer: hookstream_kafka::rdkafka::producer::FutureProducer =
-        hookstream_kafka::producer_config(&env.kafka, Duration::from_secs(10)).create().unwrap();
+        hookstream_kafka::producer_config(&env.kafka, Duration::from_secs(10))
+            .create()
+            .unwrap();
     let ghost = EventEnvelope {
         event_id: Uuid::now_v7().to_string(),
         tenant_id: Uuid::new_v4().to_string(),
@@ -263,7 +324,8 @@ async fn failed_deliveries_and_poison_records_are_dead_lettered_with_a_reason() 
     for payload in [b"\xff\xfe not protobuf".to_vec(), ghost] {
         producer
             .send(
-                hookstream_kafka::rdkafka::producer::FutureRecord::<(), _>::to(&env.kafka.topics.events).payload(&payload),
+                hookstream_kafka::rdkafka::producer::FutureRecord::<(), _>::to(&env.kafka.topics.events)
+                    .payload(&payload),
                 Duration::from_secs(10),
             )
             .await
@@ -291,8 +353,15 @@ async fn failed_deliveries_and_poison_records_are_dead_lettered_with_a_reason() 
     let http4 = by_class["http_4xx"];
     assert_eq!(http4.endpoint_id, rejecting_ep.to_string());
     assert_eq!(http4.last_status, 404);
-    assert!(http4.reason.contains("permanent failure: HTTP 404"), "{}", http4.reason);
-    assert!(wait_committed_to_end(&env).await, "the partition moved on past the poison");
+    assert!(
+        http4.reason.contains("permanent failure: HTTP 404"),
+        "{}",
+        http4.reason
+    );
+    assert!(
+        wait_committed_to_end(&env).await,
+        "the partition moved on past the poison"
+    );
 
     dispatcher.stop().await;
     relay.stop().await;

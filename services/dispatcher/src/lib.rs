@@ -66,7 +66,11 @@ pub struct DispatcherSettings {
 
 impl Default for DispatcherSettings {
     fn default() -> Self {
-        Self { max_in_flight_events: 1000, subscription_refresh_ms: 5_000, shutdown_grace_ms: 20_000 }
+        Self {
+            max_in_flight_events: 1000,
+            subscription_refresh_ms: 5_000,
+            shutdown_grace_ms: 20_000,
+        }
     }
 }
 
@@ -132,12 +136,17 @@ pub async fn run(
         hookstream_store::migrate(&pool).await?;
     }
     let subs = Subscriptions::load(pool.clone()).await?;
-    let watcher = tokio::spawn(
-        subs.clone().watch(Duration::from_millis(cfg.dispatcher.subscription_refresh_ms), shutdown.clone()),
-    );
+    let watcher = tokio::spawn(subs.clone().watch(
+        Duration::from_millis(cfg.dispatcher.subscription_refresh_ms),
+        shutdown.clone(),
+    ));
     let tracker = Arc::new(Mutex::new(OffsetTracker::new()));
-    let consumer: StreamConsumer<RebalanceContext> = hookstream_kafka::consumer_config(&cfg.kafka, &cfg.kafka.group_id)
-        .create_with_context(RebalanceContext { tracker: tracker.clone() })?;
+    let consumer: StreamConsumer<RebalanceContext> =
+        hookstream_kafka::consumer_config(&cfg.kafka, &cfg.kafka.group_id).create_with_context(
+            RebalanceContext {
+                tracker: tracker.clone(),
+            },
+        )?;
     consumer.subscribe(&[cfg.kafka.topics.events.as_str()])?;
     let producer: FutureProducer =
         hookstream_kafka::producer_config(&cfg.kafka, Duration::from_secs(30)).create()?;
@@ -220,9 +229,14 @@ pub async fn run(
 
 /// Marks a message done and stores the partition's new committable offset, if it advanced.
 fn complete(consumer: &StreamConsumer<RebalanceContext>, tracker: &Mutex<OffsetTracker>, ticket: &Ticket) {
-    let Some(offset) = tracker.lock().expect("tracker lock").complete(ticket) else { return };
+    let Some(offset) = tracker.lock().expect("tracker lock").complete(ticket) else {
+        return;
+    };
     let mut tpl = TopicPartitionList::new();
-    if tpl.add_partition_offset(&ticket.topic, ticket.partition, Offset::Offset(offset)).is_ok() {
+    if tpl
+        .add_partition_offset(&ticket.topic, ticket.partition, Offset::Offset(offset))
+        .is_ok()
+    {
         if let Err(e) = consumer.store_offsets(&tpl) {
             // The partition was revoked meanwhile; its new owner redoes the work.
             tracing::debug!(error = %e, topic = %ticket.topic, partition = ticket.partition, "offset not stored");
@@ -232,7 +246,12 @@ fn complete(consumer: &StreamConsumer<RebalanceContext>, tracker: &Mutex<OffsetT
 
 /// Processes one record to the end. Returns false only when shutting down left work undone
 /// (then the offset must not be stored).
-async fn process(shared: &Shared, payload: Bytes, origin: SourcePosition, _permit: OwnedSemaphorePermit) -> bool {
+async fn process(
+    shared: &Shared,
+    payload: Bytes,
+    origin: SourcePosition,
+    _permit: OwnedSemaphorePermit,
+) -> bool {
     shared.metrics.in_flight.inc();
     let finished = process_inner(shared, payload, origin).await;
     shared.metrics.in_flight.dec();
@@ -291,11 +310,19 @@ async fn process_inner(shared: &Shared, payload: Bytes, origin: SourcePosition) 
     };
     shared.metrics.events.with_label_values(&["routed"]).inc();
     let deliveries = endpoints.iter().map(|ep| deliver_to(shared, &event, ep, &origin));
-    futures::future::join_all(deliveries).await.into_iter().all(|finished| finished)
+    futures::future::join_all(deliveries)
+        .await
+        .into_iter()
+        .all(|finished| finished)
 }
 
 /// One event to one endpoint. Failures become dead letters (retry tiers take this place next).
-async fn deliver_to(shared: &Shared, event: &EventEnvelope, ep: &ActiveEndpoint, origin: &SourcePosition) -> bool {
+async fn deliver_to(
+    shared: &Shared,
+    event: &EventEnvelope,
+    ep: &ActiveEndpoint,
+    origin: &SourcePosition,
+) -> bool {
     let cap = {
         let mut slots = shared.endpoint_slots.lock().expect("slots lock");
         slots
@@ -303,14 +330,21 @@ async fn deliver_to(shared: &Shared, event: &EventEnvelope, ep: &ActiveEndpoint,
             .or_insert_with(|| Arc::new(Semaphore::new(ep.endpoint.max_in_flight.max(1) as usize)))
             .clone()
     };
-    let Ok(_slot) = cap.acquire_owned().await else { return false };
+    let Ok(_slot) = cap.acquire_owned().await else {
+        return false;
+    };
     let started_ms = now_ms();
     let target = Target {
         url: &ep.endpoint.url,
         timeout: Duration::from_millis(ep.endpoint.timeout_ms.max(1) as u64),
         secrets: &ep.secrets,
     };
-    let msg = Message { id: &event.event_id, event_type: &event.event_type, body: &event.payload, attempt: 1 };
+    let msg = Message {
+        id: &event.event_id,
+        event_type: &event.event_type,
+        body: &event.payload,
+        attempt: 1,
+    };
     let outcome = shared.engine.deliver(target, msg).await;
     record(shared, &outcome);
     match outcome.verdict {
@@ -362,14 +396,22 @@ fn record(shared: &Shared, outcome: &Outcome) {
         Verdict::Gone => "gone",
     };
     shared.metrics.deliveries.with_label_values(&[label]).inc();
-    shared.metrics.attempt_duration.with_label_values(&[label]).observe(outcome.latency.as_secs_f64());
+    shared
+        .metrics
+        .attempt_duration
+        .with_label_values(&[label])
+        .observe(outcome.latency.as_secs_f64());
 }
 
 async fn disable_gone(shared: &Shared, ep: &ActiveEndpoint) {
     let reason = "receiver answered 410 Gone";
     match hookstream_store::endpoints::set_enabled(&shared.pool, ep.endpoint.id, false, Some(reason)).await {
         Ok(()) => {
-            shared.metrics.endpoints_disabled.with_label_values(&["gone"]).inc();
+            shared
+                .metrics
+                .endpoints_disabled
+                .with_label_values(&["gone"])
+                .inc();
             tracing::warn!(endpoint_id = %ep.endpoint.id, "endpoint disabled: receiver answered 410 Gone");
         }
         Err(e) => tracing::warn!(endpoint_id = %ep.endpoint.id, error = %e, "could not disable endpoint"),
@@ -379,13 +421,21 @@ async fn disable_gone(shared: &Shared, ep: &ActiveEndpoint) {
 /// Produces a dead letter and waits for Kafka's acknowledgement, retrying until it is
 /// acknowledged or the dispatcher shuts down (then returns false: the offset stays unstored).
 async fn dead_letter(shared: &Shared, letter: DeadLetter, key: &str) -> bool {
-    let class = if letter.error_class.is_empty() { ErrorClass::Other.as_str().to_string() } else { letter.error_class.clone() };
+    let class = if letter.error_class.is_empty() {
+        ErrorClass::Other.as_str().to_string()
+    } else {
+        letter.error_class.clone()
+    };
     let bytes = letter.encode_to_vec();
     loop {
         let record = FutureRecord::to(&shared.dlq_topic).key(key).payload(&bytes);
         match shared.producer.send(record, Duration::from_secs(5)).await {
             Ok(_) => {
-                shared.metrics.dead_letters.with_label_values(&[class.as_str()]).inc();
+                shared
+                    .metrics
+                    .dead_letters
+                    .with_label_values(&[class.as_str()])
+                    .inc();
                 return true;
             }
             Err((e, _)) => {

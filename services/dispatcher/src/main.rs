@@ -28,7 +28,12 @@ async fn main() -> anyhow::Result<()> {
     let shutdown = hookstream_telemetry::shutdown_on_signal();
     let listener = hookstream_telemetry::bind_admin(&cfg.telemetry).await?;
     tracing::info!(admin = %hookstream_telemetry::local_addr(&listener), "dispatcher starting");
-    let admin = tokio::spawn(hookstream_telemetry::serve_admin(listener, registry.clone(), health.clone(), shutdown.clone()));
+    let admin = tokio::spawn(hookstream_telemetry::serve_admin(
+        listener,
+        registry.clone(),
+        health.clone(),
+        shutdown.clone(),
+    ));
     let result = dispatcher::run(cfg, &registry, health, shutdown.clone()).await;
     shutdown.cancel();
     let _ = admin.await;

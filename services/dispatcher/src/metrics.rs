@@ -24,29 +24,45 @@ impl DispatcherMetrics {
     pub fn register(registry: &Registry) -> Self {
         let m = Self {
             events: IntCounterVec::new(
-                Opts::new("hookstream_dispatcher_events_total", "Events consumed, by routing result"),
+                Opts::new(
+                    "hookstream_dispatcher_events_total",
+                    "Events consumed, by routing result",
+                ),
                 &["result"],
             )
             .unwrap(),
             deliveries: IntCounterVec::new(
-                Opts::new("hookstream_dispatcher_deliveries_total", "Delivery attempts, by outcome"),
+                Opts::new(
+                    "hookstream_dispatcher_deliveries_total",
+                    "Delivery attempts, by outcome",
+                ),
                 &["outcome"],
             )
             .unwrap(),
             attempt_duration: HistogramVec::new(
-                HistogramOpts::new("hookstream_dispatcher_attempt_duration_seconds", "HTTP attempt latency")
-                    .buckets(exponential_buckets(0.001, 2.0, 16).unwrap()),
+                HistogramOpts::new(
+                    "hookstream_dispatcher_attempt_duration_seconds",
+                    "HTTP attempt latency",
+                )
+                .buckets(exponential_buckets(0.001, 2.0, 16).unwrap()),
                 &["outcome"],
             )
             .unwrap(),
             dead_letters: IntCounterVec::new(
-                Opts::new("hookstream_dispatcher_dead_letters_total", "Records sent to the DLQ, by error class"),
+                Opts::new(
+                    "hookstream_dispatcher_dead_letters_total",
+                    "Records sent to the DLQ, by error class",
+                ),
                 &["error_class"],
             )
             .unwrap(),
-            in_flight: IntGauge::new("hookstream_dispatcher_in_flight_events", "Events being processed").unwrap(),
+            in_flight: IntGauge::new("hookstream_dispatcher_in_flight_events", "Events being processed")
+                .unwrap(),
             endpoints_disabled: IntCounterVec::new(
-                Opts::new("hookstream_dispatcher_endpoints_disabled_total", "Endpoints disabled, by reason"),
+                Opts::new(
+                    "hookstream_dispatcher_endpoints_disabled_total",
+                    "Endpoints disabled, by reason",
+                ),
                 &["reason"],
             )
             .unwrap(),

@@ -53,9 +53,15 @@ impl Subscriptions {
         let (tenants, active) = endpoints::load_active(&self.pool).await?;
         let mut by_tenant: HashMap<Uuid, Vec<Arc<ActiveEndpoint>>> = HashMap::new();
         for ep in active {
-            by_tenant.entry(ep.endpoint.tenant_id).or_default().push(Arc::new(ep));
+            by_tenant
+                .entry(ep.endpoint.tenant_id)
+                .or_default()
+                .push(Arc::new(ep));
         }
-        *self.snapshot.write().await = Arc::new(Snapshot { tenants: tenants.into_iter().collect(), by_tenant });
+        *self.snapshot.write().await = Arc::new(Snapshot {
+            tenants: tenants.into_iter().collect(),
+            by_tenant,
+        });
         *refreshed = Instant::now();
         Ok(())
     }
@@ -79,7 +85,12 @@ impl Subscriptions {
         let endpoints = snap
             .by_tenant
             .get(&tenant)
-            .map(|eps| eps.iter().filter(|e| e.filter.matches(event_type)).cloned().collect())
+            .map(|eps| {
+                eps.iter()
+                    .filter(|e| e.filter.matches(event_type))
+                    .cloned()
+                    .collect()
+            })
             .unwrap_or_default();
         Ok(Route::Endpoints(endpoints))
     }

@@ -9,7 +9,9 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::Router;
 use clap::Args;
-use hookstream_signing::{verify, Secret, DEFAULT_TOLERANCE_SECS, HEADER_ID, HEADER_SIGNATURE, HEADER_TIMESTAMP};
+use hookstream_signing::{
+    verify, Secret, DEFAULT_TOLERANCE_SECS, HEADER_ID, HEADER_SIGNATURE, HEADER_TIMESTAMP,
+};
 
 #[derive(Args)]
 pub struct ListenArgs {
@@ -31,10 +33,18 @@ struct Listener {
 
 pub async fn run(args: ListenArgs) -> anyhow::Result<()> {
     let secret = Secret::parse(&args.secret).map_err(|e| anyhow::anyhow!("--secret: {e}"))?;
-    let state = Arc::new(Listener { secret, json: args.json });
+    let state = Arc::new(Listener {
+        secret,
+        json: args.json,
+    });
     let app = Router::new().fallback(receive).with_state(state);
-    let listener = tokio::net::TcpListener::bind(args.addr).await.map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", args.addr))?;
-    eprintln!("listening on http://{} (signatures verified with the given secret)", listener.local_addr()?);
+    let listener = tokio::net::TcpListener::bind(args.addr)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", args.addr))?;
+    eprintln!(
+        "listening on http://{} (signatures verified with the given secret)",
+        listener.local_addr()?
+    );
     axum::serve(listener, app)
         .with_graceful_shutdown(async {
             let _ = tokio::signal::ctrl_c().await;
@@ -44,7 +54,13 @@ pub async fn run(args: ListenArgs) -> anyhow::Result<()> {
 }
 
 async fn receive(State(state): State<Arc<Listener>>, headers: HeaderMap, body: Bytes) -> StatusCode {
-    let get = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
+    let get = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_string()
+    };
     let (id, ts, sig) = (get(HEADER_ID), get(HEADER_TIMESTAMP), get(HEADER_SIGNATURE));
     let event_type = get("hookstream-event-type");
     let now = chrono::Utc::now().timestamp();

@@ -20,7 +20,11 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 #[derive(Parser)]
-#[command(name = "hookstream", version, about = "Hookstream webhook dispatcher: operate and develop against it")]
+#[command(
+    name = "hookstream",
+    version,
+    about = "Hookstream webhook dispatcher: operate and develop against it"
+)]
 struct Cli {
     /// TOML file with [database] and [kafka] sections (other sections are ignored).
     #[arg(long, global = true, env = "HOOKSTREAM_CONFIG")]
@@ -182,11 +186,21 @@ async fn main() {
     }
 }
 
+/// The error chain on one line, skipping causes that the previous message already quotes.
 fn one_line(e: &anyhow::Error) -> String {
-    match e.downcast_ref::<StoreError>() {
-        Some(StoreError::Database(db)) => format!("database error: {db}"),
-        _ => format!("{e:#}").replace('\n', " "),
+    let mut out = String::new();
+    let mut last = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string().replace('\n', " ");
+        if !last.contains(&text) {
+            if !out.is_empty() {
+                out.push_str(": ");
+            }
+            out.push_str(&text);
+        }
+        last = text;
     }
+    out
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
@@ -200,9 +214,16 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     cfg.database.max_connections = 2;
     match cli.command {
         Command::Listen(args) => listen::run(args).await,
-        Command::Topics(TopicsCmd::Create { partitions, replication }) => {
+        Command::Topics(TopicsCmd::Create {
+            partitions,
+            replication,
+        }) => {
             let t = &cfg.kafka.topics;
-            let topics = [(t.events.as_str(), partitions), (t.dlq.as_str(), partitions), (t.attempts.as_str(), partitions)];
+            let topics = [
+                (t.events.as_str(), partitions),
+                (t.dlq.as_str(), partitions),
+                (t.attempts.as_str(), partitions),
+            ];
             hookstream_kafka::ensure_topics(&cfg.kafka, &topics, replication)
                 .await
                 .with_context(|| format!("creating topics on {}", cfg.kafka.brokers))?;
@@ -258,9 +279,17 @@ async fn run_db(command: Command, pool: &PgPool) -> anyhow::Result<()> {
             )
             .await?;
             if a.json {
-                println!("{}", serde_json::json!({ "id": ep.id, "secret": secret.expose() }));
+                println!(
+                    "{}",
+                    serde_json::json!({ "id": ep.id, "secret": secret.expose() })
+                );
             } else {
-                println!("endpoint {} created for {}\nsigning secret (shown once): {}", ep.id, ep.url, secret.expose());
+                println!(
+                    "endpoint {} created for {}\nsigning secret (shown once): {}",
+                    ep.id,
+                    ep.url,
+                    secret.expose()
+                );
             }
         }
         Command::Endpoint(EndpointCmd::List { tenant, json }) => {
@@ -273,10 +302,19 @@ async fn run_db(command: Command, pool: &PgPool) -> anyhow::Result<()> {
                 println!("{}", serde_json::to_string(&all)?);
             } else {
                 for e in all {
-                    let state = if e.enabled { "enabled".to_string() } else {
-                        format!("disabled ({})", e.disabled_reason.as_deref().unwrap_or("by an operator"))
+                    let state = if e.enabled {
+                        "enabled".to_string()
+                    } else {
+                        format!(
+                            "disabled ({})",
+                            e.disabled_reason.as_deref().unwrap_or("by an operator")
+                        )
                     };
-                    let types = if e.event_types.is_empty() { "*".to_string() } else { e.event_types.join(",") };
+                    let types = if e.event_types.is_empty() {
+                        "*".to_string()
+                    } else {
+                        e.event_types.join(",")
+                    };
                     println!("{}  {}  types={}  {}", e.id, e.url, types, state);
                 }
             }
@@ -291,12 +329,13 @@ async fn run_db(command: Command, pool: &PgPool) -> anyhow::Result<()> {
         }
         Command::Event(EventCmd::Publish(a)) => {
             let tenant_id = resolve_tenant(pool, &a.tenant).await?;
-            let payload: serde_json::Value =
-                serde_json::from_str(&a.data).map_err(|e| anyhow::anyhow!("--data is not valid JSON: {e}"))?;
+            let payload: serde_json::Value = serde_json::from_str(&a.data)
+                .map_err(|e| anyhow::anyhow!("--data is not valid JSON: {e}"))?;
             if !payload.is_object() {
                 bail!("--data must be a JSON object");
             }
-            let event = NewEvent::new(tenant_id, a.event_type, payload).aggregate(a.aggregate_type, a.aggregate);
+            let event =
+                NewEvent::new(tenant_id, a.event_type, payload).aggregate(a.aggregate_type, a.aggregate);
             let mut tx = pool.begin().await?;
             let mut ids = Vec::with_capacity(a.count as usize);
             for _ in 0..a.count {

@@ -100,7 +100,15 @@ pub async fn run(
         hookstream_kafka::producer_config(&cfg.kafka, Duration::from_millis(cfg.relay.produce_timeout_ms))
             .create()?;
     let backlog = tokio::spawn(watch_backlog(pool.clone(), metrics.clone(), shutdown.clone()));
-    let mut relay = Relay { cfg, pool, producer, metrics, shutdown: shutdown.clone(), owner: None, shards: vec![] };
+    let mut relay = Relay {
+        cfg,
+        pool,
+        producer,
+        metrics,
+        shutdown: shutdown.clone(),
+        owner: None,
+        shards: vec![],
+    };
     health.set_ready(true);
     let result = relay.run_loop().await;
     health.set_ready(false);
@@ -213,7 +221,9 @@ impl Relay {
             self.shards.clear();
         }
         let conn = self.owner.as_mut().expect("owner connection");
-        let count: i32 = sqlx::query_scalar("SELECT hookstream.shard_count()").fetch_one(&mut *conn).await?;
+        let count: i32 = sqlx::query_scalar("SELECT hookstream.shard_count()")
+            .fetch_one(&mut *conn)
+            .await?;
         for shard in 0..count {
             if self.shards.contains(&shard) {
                 continue;
@@ -235,7 +245,9 @@ impl Relay {
 
     async fn release(&mut self) {
         if let Some(mut conn) = self.owner.take() {
-            let _ = sqlx::query("SELECT pg_advisory_unlock_all()").execute(&mut conn).await;
+            let _ = sqlx::query("SELECT pg_advisory_unlock_all()")
+                .execute(&mut conn)
+                .await;
             let _ = conn.close().await;
             tracing::info!(shards = self.shards.len(), "shards released");
         }
@@ -263,13 +275,22 @@ impl Relay {
             }
             let record = envelope(row).encode_to_vec();
             if record.len() > max_bytes {
-                quarantined.push((row.id, format!("record of {} bytes exceeds the {max_bytes}-byte limit", record.len())));
+                quarantined.push((
+                    row.id,
+                    format!(
+                        "record of {} bytes exceeds the {max_bytes}-byte limit",
+                        record.len()
+                    ),
+                ));
                 continue;
             }
             let key = kafka_key(row);
             // Enqueue strictly in id order; per-partition order then holds end to end.
             let future = loop {
-                match self.producer.send_result(FutureRecord::to(&topic).key(&key).payload(&record)) {
+                match self
+                    .producer
+                    .send_result(FutureRecord::to(&topic).key(&key).payload(&record))
+                {
                     Ok(f) => break f,
                     Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
                         tokio::time::sleep(Duration::from_millis(5)).await;
@@ -306,7 +327,8 @@ impl Relay {
         for (id, reason) in &quarantined {
             tracing::warn!(outbox_id = id, reason = %reason, "outbox row quarantined");
         }
-        self.metrics.record_batch(rows.len(), shipped.len(), quarantined.len(), started.elapsed());
+        self.metrics
+            .record_batch(rows.len(), shipped.len(), quarantined.len(), started.elapsed());
         Ok(BatchResult { claimed: rows.len() })
     }
 }
@@ -338,7 +360,12 @@ fn envelope(row: &OutboxRow) -> EventEnvelope {
     let headers = match &row.headers {
         serde_json::Value::Object(map) => map
             .iter()
-            .map(|(k, v)| (k.clone(), v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string())))
+            .map(|(k, v)| {
+                (
+                    k.clone(),
+                    v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string()),
+                )
+            })
             .collect(),
         _ => Default::default(),
     };
@@ -376,7 +403,10 @@ struct Backoff {
 
 impl Backoff {
     fn new(max: Duration) -> Self {
-        Self { current: Duration::ZERO, max }
+        Self {
+            current: Duration::ZERO,
+            max,
+        }
     }
     fn next(&mut self) -> Duration {
         self.current = (self.current * 2).clamp(Duration::from_millis(100), self.max);

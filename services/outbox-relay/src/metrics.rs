@@ -21,22 +21,43 @@ pub struct RelayMetrics {
 impl RelayMetrics {
     pub fn register(registry: &Registry) -> Self {
         let m = Self {
-            published: IntCounter::new("hookstream_relay_published_total", "Outbox rows acknowledged by Kafka and deleted").unwrap(),
-            quarantined: IntCounter::new("hookstream_relay_quarantined_total", "Outbox rows moved to quarantine").unwrap(),
-            produce_errors: IntCounter::new("hookstream_relay_produce_errors_total", "Batches rolled back after a Kafka error").unwrap(),
+            published: IntCounter::new(
+                "hookstream_relay_published_total",
+                "Outbox rows acknowledged by Kafka and deleted",
+            )
+            .unwrap(),
+            quarantined: IntCounter::new(
+                "hookstream_relay_quarantined_total",
+                "Outbox rows moved to quarantine",
+            )
+            .unwrap(),
+            produce_errors: IntCounter::new(
+                "hookstream_relay_produce_errors_total",
+                "Batches rolled back after a Kafka error",
+            )
+            .unwrap(),
             batch_size: Histogram::with_opts(
                 HistogramOpts::new("hookstream_relay_batch_rows", "Rows claimed per batch")
                     .buckets(exponential_buckets(1.0, 2.0, 14).unwrap()),
             )
             .unwrap(),
             batch_duration: Histogram::with_opts(
-                HistogramOpts::new("hookstream_relay_batch_duration_seconds", "Claim to commit time of a batch")
-                    .buckets(exponential_buckets(0.0005, 2.0, 16).unwrap()),
+                HistogramOpts::new(
+                    "hookstream_relay_batch_duration_seconds",
+                    "Claim to commit time of a batch",
+                )
+                .buckets(exponential_buckets(0.0005, 2.0, 16).unwrap()),
             )
             .unwrap(),
-            shards_owned: IntGauge::new("hookstream_relay_shards_owned", "Outbox shards this relay owns").unwrap(),
-            backlog_rows: IntGauge::new("hookstream_relay_backlog_rows", "Rows waiting in the outbox").unwrap(),
-            oldest_age_seconds: Gauge::new("hookstream_relay_oldest_row_age_seconds", "Age of the oldest outbox row").unwrap(),
+            shards_owned: IntGauge::new("hookstream_relay_shards_owned", "Outbox shards this relay owns")
+                .unwrap(),
+            backlog_rows: IntGauge::new("hookstream_relay_backlog_rows", "Rows waiting in the outbox")
+                .unwrap(),
+            oldest_age_seconds: Gauge::new(
+                "hookstream_relay_oldest_row_age_seconds",
+                "Age of the oldest outbox row",
+            )
+            .unwrap(),
         };
         for c in [&m.published, &m.quarantined, &m.produce_errors] {
             let _ = registry.register(Box::new(c.clone()));
