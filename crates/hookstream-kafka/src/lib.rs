@@ -69,6 +69,8 @@ pub enum TopicError {
     Kafka(#[from] KafkaError),
     #[error("could not create topic {topic}: {code}")]
     Create { topic: String, code: RDKafkaErrorCode },
+    #[error("topic {0} has partitions without a leader after 30 s")]
+    NotReady(String),
 }
 
 /// Creates topics that do not exist yet (existing ones are left as they are).
@@ -87,6 +89,34 @@ pub async fn ensure_topics(
         match result {
             Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
             Err((topic, code)) => return Err(TopicError::Create { topic, code }),
+        }
+    }
+    // Creation is acknowledged before every broker's metadata has the partitions; wait until
+    // each one has a leader so the first produce or watermark query does not fail.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    for (name, partitions) in topics {
+        loop {
+            let ready = admin
+                .inner()
+                .fetch_metadata(Some(name), Duration::from_secs(5))
+                .map(|md| {
+                    md.topics().iter().any(|t| {
+                        t.name() == *name
+                            && t.error().is_none()
+                            && t.partitions().len() as i32 >= *partitions
+                            && t.partitions()
+                                .iter()
+                                .all(|p| p.leader() >= 0 && p.error().is_none())
+                    })
+                })
+                .unwrap_or(false);
+            if ready {
+                break;
+            }
+            if std::time::Instant::now() > deadline {
+                return Err(TopicError::NotReady(name.to_string()));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
     Ok(())

@@ -11,52 +11,8 @@ use crate::StoreError;
 /// The channel `hookstream.outbox` notifies on commit (a wake-up only, not durable).
 pub const NOTIFY_CHANNEL: &str = "hookstream_outbox";
 
-/// An event a producer wants delivered.
-#[derive(Debug, Clone)]
-pub struct NewEvent {
-    pub tenant_id: Uuid,
-    pub event_type: String,
-    /// Events of one aggregate keep their order end to end.
-    pub aggregate_type: String,
-    pub aggregate_id: String,
-    /// Must be a JSON object.
-    pub payload: Value,
-    pub headers: Value,
-}
-
-impl NewEvent {
-    pub fn new(tenant_id: Uuid, event_type: impl Into<String>, payload: Value) -> Self {
-        Self {
-            tenant_id,
-            event_type: event_type.into(),
-            aggregate_type: String::new(),
-            aggregate_id: String::new(),
-            payload,
-            headers: Value::Object(Default::default()),
-        }
-    }
-
-    pub fn aggregate(mut self, aggregate_type: impl Into<String>, aggregate_id: impl Into<String>) -> Self {
-        self.aggregate_type = aggregate_type.into();
-        self.aggregate_id = aggregate_id.into();
-        self
-    }
-}
-
-/// Writes an outbox row through `hookstream.enqueue` on the caller's connection, so it
-/// commits (or rolls back) with the caller's transaction. Returns the event id.
-pub async fn enqueue(conn: &mut PgConnection, event: &NewEvent) -> Result<Uuid, StoreError> {
-    sqlx::query_scalar("SELECT hookstream.enqueue($1, $2, $3, $4, $5, $6)")
-        .bind(event.tenant_id)
-        .bind(&event.event_type)
-        .bind(&event.payload)
-        .bind(&event.aggregate_type)
-        .bind(&event.aggregate_id)
-        .bind(&event.headers)
-        .fetch_one(conn)
-        .await
-        .map_err(StoreError::from_db)
-}
+// Producers' side of the outbox: one implementation, shared with producer services.
+pub use hookstream_producer::{enqueue, EnqueueError, Event as NewEvent};
 
 /// A claimed outbox row, with what the relay needs to decide whether it can ship it.
 #[derive(Debug, Clone, sqlx::FromRow)]

@@ -8,6 +8,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod process;
 pub mod receiver;
 
 use std::collections::HashMap;
@@ -95,6 +96,13 @@ impl TestEnv {
         })
     }
 
+    /// A log file path for a child process of this test.
+    pub fn log_path(&self, name: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join("hookstream-tests").join(&self.name);
+        let _ = std::fs::create_dir_all(&dir);
+        dir.join(format!("{name}.log"))
+    }
+
     pub async fn tenant(&self, name: &str) -> anyhow::Result<Uuid> {
         Ok(hookstream_store::tenants::create(&self.pool, name).await?.id)
     }
@@ -165,6 +173,19 @@ impl TestEnv {
                 _ => -1,
             })
             .collect())
+    }
+
+    /// Reads every record of a topic, from the beginning up to its end offsets as of now.
+    pub fn read_all(&self, topic: &str) -> anyhow::Result<Vec<Record>> {
+        let ends = self.end_offsets(topic)?;
+        let total: i64 = ends.iter().sum();
+        let records = self.read_topic(topic, total as usize, Duration::from_secs(60))?;
+        anyhow::ensure!(
+            records.len() as i64 >= total,
+            "read {} of {total} records of {topic}",
+            records.len()
+        );
+        Ok(records)
     }
 
     /// Reads every record of a topic from the beginning until `expected` were read or

@@ -31,6 +31,8 @@ pub use metrics::RelayMetrics;
 
 /// Namespace (first key) of the shard advisory locks.
 const SHARD_LOCK_NAMESPACE: i32 = 0x486b_5374; // "HkSt"
+/// Every live relay holds this advisory lock (shared); their number sets the fair share.
+const MEMBERS_LOCK_NAMESPACE: i32 = 0x486b_5375;
 
 /// The relay's configuration file (see `config/` for examples).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -145,7 +147,7 @@ impl Relay {
         while !self.shutdown.is_cancelled() {
             if self.owner.is_none() || last_rebalance.elapsed() >= rebalance_every {
                 last_rebalance = Instant::now();
-                if let Err(e) = self.acquire_shards().await {
+                if let Err(e) = self.rebalance().await {
                     tracing::warn!(error = %e, "cannot reach postgresql to own shards, retrying");
                     self.owner = None;
                     self.shards.clear();
@@ -212,19 +214,45 @@ impl Relay {
         }
     }
 
-    /// Takes every shard that has no owner. (Sharing shards fairly among several relays is
-    /// the next step; today a second relay is a hot standby that takes over dead shards.)
-    async fn acquire_shards(&mut self) -> Result<(), RelayError> {
+    /// Joins the relay group if needed and moves towards a fair share of the shards:
+    /// `ceil(shards / live relays)`. Membership is a shared advisory lock per relay, counted
+    /// in `pg_locks`, so a relay that dies leaves the count (and its shards) the moment its
+    /// connection closes. Extra shards are released between batches, never during one.
+    async fn rebalance(&mut self) -> Result<(), RelayError> {
         if self.owner.is_none() {
-            let conn = PgConnection::connect(&self.cfg.database.url).await?;
+            let mut conn = PgConnection::connect(&self.cfg.database.url).await?;
+            sqlx::query("SELECT pg_advisory_lock_shared($1, 0)")
+                .bind(MEMBERS_LOCK_NAMESPACE)
+                .execute(&mut conn)
+                .await?;
             self.owner = Some(conn);
             self.shards.clear();
         }
         let conn = self.owner.as_mut().expect("owner connection");
-        let count: i32 = sqlx::query_scalar("SELECT hookstream.shard_count()")
-            .fetch_one(&mut *conn)
-            .await?;
+        let (count, members): (i32, i64) = sqlx::query_as(
+            "SELECT hookstream.shard_count(),
+                    (SELECT count(*) FROM pg_locks
+                      WHERE locktype = 'advisory' AND granted AND objsubid = 2 AND objid = 0
+                        AND classid = $1::integer::oid
+                        AND database = (SELECT oid FROM pg_database WHERE datname = current_database()))",
+        )
+        .bind(MEMBERS_LOCK_NAMESPACE)
+        .fetch_one(&mut *conn)
+        .await?;
+        let target = fair_share(count, members);
+        while self.shards.len() > target {
+            let shard = self.shards.pop().expect("non-empty");
+            sqlx::query("SELECT pg_advisory_unlock($1, $2)")
+                .bind(SHARD_LOCK_NAMESPACE)
+                .bind(shard)
+                .execute(&mut *conn)
+                .await?;
+            tracing::info!(shard, members, "shard released to another relay");
+        }
         for shard in 0..count {
+            if self.shards.len() >= target {
+                break;
+            }
             if self.shards.contains(&shard) {
                 continue;
             }
@@ -234,7 +262,7 @@ impl Relay {
                 .fetch_one(&mut *conn)
                 .await?;
             if got {
-                tracing::info!(shard, "shard acquired");
+                tracing::info!(shard, members, "shard acquired");
                 self.shards.push(shard);
             }
         }
@@ -316,6 +344,7 @@ impl Relay {
                 }
             }
         }
+        let acked_at = chrono::Utc::now();
         if let Some(e) = failure {
             // Nothing is deleted: rows stay and are shipped again (acknowledged ones twice).
             self.metrics.produce_errors.inc();
@@ -327,10 +356,23 @@ impl Relay {
         for (id, reason) in &quarantined {
             tracing::warn!(outbox_id = id, reason = %reason, "outbox row quarantined");
         }
+        // `shipped` is in id order, like `rows`.
+        let now = acked_at;
+        for row in rows.iter().filter(|r| shipped.binary_search(&r.id).is_ok()) {
+            let age = (now - row.created_at).num_microseconds().unwrap_or(0).max(0) as f64 / 1e6;
+            self.metrics.commit_to_ack.observe(age);
+        }
         self.metrics
             .record_batch(rows.len(), shipped.len(), quarantined.len(), started.elapsed());
         Ok(BatchResult { claimed: rows.len() })
     }
+}
+
+/// Shards one relay should own: every shard is owned while the targets add up to at least
+/// the shard count.
+fn fair_share(shards: i32, members: i64) -> usize {
+    let members = members.max(1);
+    ((shards as i64 + members - 1) / members) as usize
 }
 
 /// Why a row can never be shipped, if it cannot.
@@ -420,6 +462,17 @@ impl Backoff {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fair_share_covers_every_shard() {
+        assert_eq!(fair_share(16, 1), 16);
+        assert_eq!(fair_share(16, 2), 8);
+        assert_eq!(fair_share(16, 3), 6);
+        assert_eq!(fair_share(16, 0), 16);
+        for members in 1..40 {
+            assert!(fair_share(16, members) * members as usize >= 16);
+        }
+    }
 
     #[test]
     fn backoff_doubles_to_its_ceiling_and_resets() {

@@ -13,6 +13,8 @@ pub struct RelayMetrics {
     pub produce_errors: IntCounter,
     pub batch_size: Histogram,
     pub batch_duration: Histogram,
+    /// Row creation (≈ producer commit) to Kafka acknowledgement.
+    pub commit_to_ack: Histogram,
     pub shards_owned: IntGauge,
     pub backlog_rows: IntGauge,
     pub oldest_age_seconds: Gauge,
@@ -49,6 +51,14 @@ impl RelayMetrics {
                 .buckets(exponential_buckets(0.0005, 2.0, 16).unwrap()),
             )
             .unwrap(),
+            commit_to_ack: Histogram::with_opts(
+                HistogramOpts::new(
+                    "hookstream_relay_commit_to_ack_seconds",
+                    "Outbox row creation to Kafka acknowledgement",
+                )
+                .buckets(exponential_buckets(0.001, 2.0, 16).unwrap()),
+            )
+            .unwrap(),
             shards_owned: IntGauge::new("hookstream_relay_shards_owned", "Outbox shards this relay owns")
                 .unwrap(),
             backlog_rows: IntGauge::new("hookstream_relay_backlog_rows", "Rows waiting in the outbox")
@@ -64,6 +74,7 @@ impl RelayMetrics {
         }
         let _ = registry.register(Box::new(m.batch_size.clone()));
         let _ = registry.register(Box::new(m.batch_duration.clone()));
+        let _ = registry.register(Box::new(m.commit_to_ack.clone()));
         let _ = registry.register(Box::new(m.shards_owned.clone()));
         let _ = registry.register(Box::new(m.backlog_rows.clone()));
         let _ = registry.register(Box::new(m.oldest_age_seconds.clone()));

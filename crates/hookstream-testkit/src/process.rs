@@ -1,0 +1,84 @@
+//! Service binaries run as child processes, for tests that SIGKILL them.
+
+use std::path::Path;
+use std::process::Stdio;
+
+use tokio::process::{Child, Command};
+
+/// A running service binary. Killed (SIGKILL) when dropped.
+pub struct ServiceProcess {
+    child: Child,
+    pub name: String,
+}
+
+impl ServiceProcess {
+    /// Starts `bin` with configuration in `env` (`HOOKSTREAM_<SECTION>__<KEY>` variables);
+    /// its log goes to `log_file`.
+    pub fn spawn(bin: &Path, env: &[(String, String)], log_file: &Path) -> std::io::Result<Self> {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log_file)?;
+        let mut cmd = Command::new(bin);
+        cmd.env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .kill_on_drop(true);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let child = cmd.spawn()?;
+        Ok(Self {
+            child,
+            name: bin
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+        })
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
+    }
+
+    /// SIGKILL, and reap.
+    pub async fn kill9(mut self) {
+        let _ = self.child.kill().await;
+    }
+
+    /// SIGTERM, then wait for a clean exit; returns the exit code.
+    pub async fn terminate(mut self) -> Option<i32> {
+        if let Some(pid) = self.child.id() {
+            let _ = std::process::Command::new("kill")
+                .args(["-TERM", &pid.to_string()])
+                .status();
+        }
+        self.child.wait().await.ok().and_then(|s| s.code())
+    }
+
+    /// Whether it is still running.
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+}
+
+/// The configuration environment shared by every service of a test.
+pub fn service_env(env: &crate::TestEnv) -> Vec<(String, String)> {
+    let t = &env.kafka.topics;
+    [
+        ("HOOKSTREAM_DATABASE__URL", env.database.url.as_str()),
+        ("HOOKSTREAM_DATABASE__MIGRATE_ON_START", "false"),
+        ("HOOKSTREAM_KAFKA__BROKERS", env.kafka.brokers.as_str()),
+        ("HOOKSTREAM_KAFKA__TOPICS__EVENTS", t.events.as_str()),
+        ("HOOKSTREAM_KAFKA__TOPICS__DLQ", t.dlq.as_str()),
+        ("HOOKSTREAM_KAFKA__TOPICS__ATTEMPTS", t.attempts.as_str()),
+        ("HOOKSTREAM_KAFKA__GROUP_ID", env.kafka.group_id.as_str()),
+        ("HOOKSTREAM_TELEMETRY__LISTEN", "127.0.0.1:0"),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect()
+}

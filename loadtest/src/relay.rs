@@ -1,0 +1,244 @@
+//! The `relay` scenario: outbox → Kafka only.
+//!
+//! Throughput: a backlog of `--events` rows is written through `hookstream.enqueue` in
+//! transactions of 5,000, then 1..=`--relays` relay processes drain it; rows/s is the backlog
+//! divided by the time from the relays' start to an empty outbox. Latency: one relay, a
+//! producer committing `--rate` rows/s in transactions of `rate/100` rows every 10 ms for
+//! `--seconds`, and a consumer that stamps each record on arrival: created → consumed is an
+//! upper bound of commit → Kafka acknowledgement.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use hookstream_kafka::rdkafka::consumer::{BaseConsumer, Consumer};
+use hookstream_kafka::rdkafka::{Message as _, Offset, TopicPartitionList};
+use hookstream_proto::{EventEnvelope, Message as _};
+use hookstream_store::sqlx;
+use hookstream_testkit::process::{service_env, ServiceProcess};
+use hookstream_testkit::TestEnv;
+use serde_json::json;
+use uuid::Uuid;
+
+use crate::report::{Latency, Machine};
+use crate::{procstat, RunArgs};
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// Starts PostgreSQL and Kafka if needed and builds the release binaries.
+pub fn prepare() -> anyhow::Result<()> {
+    let root = repo_root();
+    let ok = std::process::Command::new("bash")
+        .arg(root.join("scripts/stack/infra.sh"))
+        .arg("start")
+        .status()?;
+    anyhow::ensure!(ok.success(), "could not start PostgreSQL and Kafka");
+    let ok = std::process::Command::new("cargo")
+        .args([
+            "build",
+            "--release",
+            "--quiet",
+            "-p",
+            "outbox-relay",
+            "-p",
+            "dispatcher",
+        ])
+        .current_dir(&root)
+        .status()?;
+    anyhow::ensure!(ok.success(), "cargo build --release failed");
+    std::env::set_var(
+        "HOOKSTREAM_TEST_DATABASE_URL",
+        "postgres://postgres@127.0.0.1:5432/postgres",
+    );
+    Ok(())
+}
+
+fn relay_bin() -> PathBuf {
+    repo_root().join("target/release/outbox-relay")
+}
+
+pub async fn run(args: &RunArgs) -> anyhow::Result<serde_json::Value> {
+    prepare()?;
+    let mut throughput = Vec::new();
+    for relays in 1..=args.relays.max(1) {
+        throughput.push(drain(args.events, relays, &args.out).await?);
+    }
+    let latency = steady(args.rate, args.seconds, &args.out).await?;
+    Ok(json!({
+        "scenario": "relay",
+        "machine": Machine::read(),
+        "throughput": throughput,
+        "latency": latency,
+    }))
+}
+
+async fn prefill(env: &TestEnv, tenant: Uuid, events: usize) -> anyhow::Result<()> {
+    let mut left = events;
+    while left > 0 {
+        let n = left.min(5_000) as i32;
+        // The real producer path: hookstream.enqueue, many rows per transaction.
+        sqlx::query(
+            "SELECT count(hookstream.enqueue($1, 'order.updated',
+                    jsonb_build_object('n', g, 'note', 'a typical small webhook payload of about two hundred bytes',
+                                       'amount', g * 3, 'currency', 'EUR', 'status', 'paid'),
+                    'order', 'agg-' || (g % 1000)))
+               FROM generate_series(1, $2) g",
+        )
+        .bind(tenant)
+        .bind(n)
+        .execute(&env.pool)
+        .await?;
+        left -= n as usize;
+    }
+    Ok(())
+}
+
+async fn drain(events: usize, relays: usize, out: &Path) -> anyhow::Result<serde_json::Value> {
+    let env = TestEnv::new(6).await?;
+    let tenant = env.tenant("bench").await?;
+    eprintln!("[relay] writing a backlog of {events} rows");
+    prefill(&env, tenant, events).await?;
+    let vars = service_env(&env);
+    let started = Instant::now();
+    let procs: Vec<ServiceProcess> = (0..relays)
+        .map(|i| {
+            ServiceProcess::spawn(
+                &relay_bin(),
+                &vars,
+                &out.join(format!("relay-drain{relays}-{i}.log")),
+            )
+        })
+        .collect::<Result<_, _>>()?;
+    let mut last_report = Instant::now();
+    loop {
+        let left = env.outbox_len().await?;
+        if left == 0 {
+            break;
+        }
+        if last_report.elapsed() > Duration::from_secs(2) {
+            eprintln!(
+                "[relay] {relays} relay(s): {left} rows left, {:.0} s",
+                started.elapsed().as_secs_f64()
+            );
+            last_report = Instant::now();
+        }
+        anyhow::ensure!(
+            started.elapsed() < Duration::from_secs(600),
+            "the backlog did not drain in 10 minutes"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let took = started.elapsed().as_secs_f64();
+    let usage: Vec<(f64, f64)> = procs
+        .iter()
+        .filter_map(|p| p.pid().and_then(procstat::sample))
+        .collect();
+    for p in procs {
+        p.terminate().await;
+    }
+    let in_kafka: i64 = env.end_offsets(&env.kafka.topics.events)?.iter().sum();
+    let result = json!({
+        "relays": relays,
+        "events": events,
+        "in_kafka": in_kafka,
+        "lost": (events as i64 - in_kafka).max(0),
+        "duration_s": took,
+        "throughput_per_s": events as f64 / took,
+        "cpu_s": usage.iter().map(|u| u.0).collect::<Vec<_>>(),
+        "max_rss_mb": usage.iter().map(|u| u.1).collect::<Vec<_>>(),
+    });
+    eprintln!(
+        "[relay] {relays} relay(s): {events} rows in {took:.2} s = {:.0} rows/s",
+        events as f64 / took
+    );
+    Ok(result)
+}
+
+async fn steady(rate: usize, seconds: u64, out: &Path) -> anyhow::Result<serde_json::Value> {
+    let env = TestEnv::new(6).await?;
+    let tenant = env.tenant("bench").await?;
+    let relay = ServiceProcess::spawn(&relay_bin(), &service_env(&env), &out.join("relay-steady.log"))?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    let expected = rate * seconds as usize;
+    let consumer_env = (env.kafka.clone(), env.partitions);
+    let consumer =
+        tokio::task::spawn_blocking(move || consume_latencies(consumer_env.0, consumer_env.1, expected));
+
+    eprintln!("[relay] latency phase: {rate} rows/s for {seconds} s");
+    let per_tick = (rate / 100).max(1);
+    let mut tick = tokio::time::interval(Duration::from_millis(10));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+    let start = Instant::now();
+    let mut sent = 0;
+    while sent < expected {
+        tick.tick().await;
+        let n = per_tick.min(expected - sent) as i32;
+        sqlx::query(
+            "SELECT count(hookstream.enqueue($1, 'order.updated', jsonb_build_object('n', g), 'order', 'agg-' || (g % 100)))
+               FROM generate_series(1, $2) g",
+        )
+        .bind(tenant)
+        .bind(n)
+        .execute(&env.pool)
+        .await?;
+        sent += n as usize;
+    }
+    let produce_s = start.elapsed().as_secs_f64();
+    let samples = consumer.await??;
+    let usage = relay.pid().and_then(procstat::sample);
+    relay.terminate().await;
+    let latency = Latency::of(samples.clone());
+    eprintln!(
+        "[relay] latency at {rate}/s: p50 {} ms, p99 {} ms, max {} ms",
+        latency.p50, latency.p99, latency.max
+    );
+    Ok(json!({
+        "rate_per_s": rate,
+        "achieved_rate_per_s": sent as f64 / produce_s,
+        "events": sent,
+        "received": samples.len(),
+        "lost": sent.saturating_sub(samples.len()),
+        "latency_ms": latency,
+        "latency_measures": "row created (insert, ≈ commit for these one-statement transactions) → record consumed from Kafka; an upper bound of commit → acknowledgement",
+        "cpu_s": usage.map(|u| u.0),
+        "max_rss_mb": usage.map(|u| u.1),
+    }))
+}
+
+/// Reads `expected` records and returns each one's created → consumed time in ms.
+fn consume_latencies(
+    kafka: hookstream_config::KafkaConfig,
+    partitions: i32,
+    expected: usize,
+) -> anyhow::Result<Vec<f64>> {
+    let mut cfg = hookstream_kafka::client_config(&kafka);
+    cfg.set("group.id", format!("loadtest.{}", Uuid::new_v4()))
+        .set("enable.auto.commit", "false")
+        .set("fetch.wait.max.ms", "1")
+        .set("fetch.min.bytes", "1");
+    let consumer: BaseConsumer = cfg.create()?;
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..partitions {
+        tpl.add_partition_offset(&kafka.topics.events, p, Offset::Beginning)?;
+    }
+    consumer.assign(&tpl)?;
+    let mut samples = Vec::with_capacity(expected);
+    let deadline = Instant::now() + Duration::from_secs(600);
+    let mut idle_since = Instant::now();
+    while samples.len() < expected && Instant::now() < deadline {
+        match consumer.poll(Duration::from_millis(100)) {
+            Some(Ok(m)) => {
+                let now_ms = chrono::Utc::now().timestamp_micros() as f64 / 1000.0;
+                let e = EventEnvelope::decode(m.payload().unwrap_or_default())?;
+                samples.push(now_ms - e.created_at_ms as f64);
+                idle_since = Instant::now();
+            }
+            Some(Err(e)) => return Err(e.into()),
+            None if idle_since.elapsed() > Duration::from_secs(30) => break,
+            None => {}
+        }
+    }
+    Ok(samples)
+}

@@ -1,0 +1,271 @@
+//! The outbox-relay as a separate process against real PostgreSQL and Kafka: several relays
+//! share the shards and keep per-aggregate order; SIGKILL mid-batch loses nothing; the
+//! producer API refuses bad input with typed errors.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::Duration;
+
+use hookstream_producer::{EnqueueError, Event};
+use hookstream_proto::{EventEnvelope, Message as _};
+use hookstream_store::sqlx;
+use hookstream_testkit::process::{service_env, ServiceProcess};
+use hookstream_testkit::{counts, eventually, TestEnv};
+use rand::Rng;
+use serde_json::json;
+use uuid::Uuid;
+
+const RELAY: &str = env!("CARGO_BIN_EXE_outbox-relay");
+/// The relay's shard advisory-lock namespace ("HkSt").
+const SHARD_LOCK_NAMESPACE: i32 = 0x486b_5374;
+
+fn spawn_relay(env: &TestEnv, name: &str) -> ServiceProcess {
+    let mut vars = service_env(env);
+    vars.push(("HOOKSTREAM_RELAY__POLL_INTERVAL_MS".into(), "200".into()));
+    vars.push(("HOOKSTREAM_RELAY__REBALANCE_INTERVAL_MS".into(), "500".into()));
+    ServiceProcess::spawn(Path::new(RELAY), &vars, &env.log_path(name)).expect("start outbox-relay")
+}
+
+/// Publishes `total` events over `aggregates` aggregates in transactions of `per_tx`, and
+/// returns, per aggregate, the event ids in commit order.
+async fn publish_load(
+    env: &TestEnv,
+    tenant: Uuid,
+    total: usize,
+    aggregates: usize,
+    per_tx: usize,
+    pause: Duration,
+) -> HashMap<String, Vec<String>> {
+    let mut order: HashMap<String, Vec<String>> = HashMap::new();
+    let mut n = 0;
+    while n < total {
+        let mut tx = env.pool.begin().await.unwrap();
+        let mut batch = Vec::new();
+        for _ in 0..per_tx.min(total - n) {
+            let agg = format!("agg-{}", n % aggregates);
+            let e = Event::new(tenant, "order.updated", json!({ "n": n })).aggregate("order", agg.clone());
+            batch.push((
+                agg,
+                hookstream_producer::enqueue(&mut tx, &e)
+                    .await
+                    .unwrap()
+                    .to_string(),
+            ));
+            n += 1;
+        }
+        tx.commit().await.unwrap();
+        for (agg, id) in batch {
+            order.entry(agg).or_default().push(id);
+        }
+        if !pause.is_zero() {
+            tokio::time::sleep(pause).await;
+        }
+    }
+    order
+}
+
+/// Reads the events topic and checks: every event present, per-aggregate first occurrences in
+/// commit order. Returns the number of duplicate records.
+fn check_kafka(env: &TestEnv, tenant: Uuid, expected: &HashMap<String, Vec<String>>) -> usize {
+    let total: usize = expected.values().map(Vec::len).sum();
+    let records = env.read_all(&env.kafka.topics.events).unwrap();
+    let mut seen: HashMap<String, Vec<String>> = HashMap::new();
+    for r in &records {
+        let e = EventEnvelope::decode(r.payload.as_slice()).expect("envelope decodes");
+        assert_eq!(
+            r.key,
+            format!("{tenant}/{}", e.aggregate_id),
+            "keyed by tenant/aggregate"
+        );
+        seen.entry(e.aggregate_id).or_default().push(e.event_id);
+    }
+    let ids = counts(seen.values().flatten().cloned());
+    assert_eq!(
+        ids.len(),
+        total,
+        "every committed event reached Kafka ({} records read)",
+        records.len()
+    );
+    for (agg, want) in expected {
+        let mut first: Vec<String> = Vec::new();
+        for id in &seen[agg] {
+            if !first.contains(id) {
+                first.push(id.clone());
+            }
+        }
+        assert_eq!(&first, want, "aggregate {agg}: Kafka order equals commit order");
+    }
+    records.len() - total
+}
+
+async fn shard_owners(env: &TestEnv) -> Vec<(i32, i64)> {
+    sqlx::query_as(
+        "SELECT pid, count(*) FROM pg_locks
+          WHERE locktype = 'advisory' AND granted AND objsubid = 2 AND classid = $1::integer::oid
+            AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+          GROUP BY pid ORDER BY pid",
+    )
+    .bind(SHARD_LOCK_NAMESPACE)
+    .fetch_all(&env.pool)
+    .await
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn enqueue_refuses_bad_input_with_typed_errors_and_honours_idempotency_keys() {
+    let env = TestEnv::new(1).await.unwrap();
+    let tenant = env.tenant("t").await.unwrap();
+    let mut conn = env.pool.acquire().await.unwrap();
+
+    let err = hookstream_producer::enqueue(&mut conn, &Event::new(Uuid::new_v4(), "a.b", json!({}))).await;
+    assert!(matches!(err, Err(EnqueueError::UnknownTenant(_))), "{err:?}");
+    for bad in ["", "a b", "a..b", ".a", "a.", "ä.b"] {
+        let err = hookstream_producer::enqueue(&mut conn, &Event::new(tenant, bad, json!({}))).await;
+        assert!(
+            matches!(err, Err(EnqueueError::InvalidEventType(_))),
+            "{bad:?}: {err:?}"
+        );
+    }
+    let err = hookstream_producer::enqueue(&mut conn, &Event::new(tenant, "a.b", json!([1]))).await;
+    assert!(matches!(err, Err(EnqueueError::PayloadNotObject(_))), "{err:?}");
+
+    // The limit is 1 MiB by default and configurable.
+    let big = json!({ "blob": "x".repeat(1024 * 1024) });
+    let err = hookstream_producer::enqueue(&mut conn, &Event::new(tenant, "a.b", big.clone())).await;
+    match err {
+        Err(EnqueueError::PayloadTooLarge(msg)) => {
+            assert!(msg.contains("exceeds the limit of 1048576 bytes"), "{msg}")
+        }
+        other => panic!("{other:?}"),
+    }
+    sqlx::query("UPDATE hookstream.settings SET max_payload_bytes = 2000000")
+        .execute(&env.pool)
+        .await
+        .unwrap();
+    hookstream_producer::enqueue(&mut conn, &Event::new(tenant, "a.b", big))
+        .await
+        .unwrap();
+
+    let keyed = Event::new(tenant, "order.paid", json!({ "o": 1 })).idempotency_key("order-1-paid");
+    let first = hookstream_producer::enqueue(&mut conn, &keyed).await.unwrap();
+    let again = hookstream_producer::enqueue(&mut conn, &keyed).await.unwrap();
+    assert_eq!(first, again, "the same key returns the first event's id");
+    let other_tenant = env.tenant("u").await.unwrap();
+    let elsewhere = hookstream_producer::enqueue(
+        &mut conn,
+        &Event {
+            tenant_id: other_tenant,
+            ..keyed.clone()
+        },
+    )
+    .await
+    .unwrap();
+    assert_ne!(first, elsewhere, "keys are per tenant");
+    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM hookstream.outbox")
+        .fetch_one(&env.pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        rows, 3,
+        "the big payload, the keyed event once, and the other tenant's"
+    );
+
+    // A rolled-back enqueue leaves nothing behind, key included.
+    let mut tx = env.pool.begin().await.unwrap();
+    let rolled = Event::new(tenant, "a.b", json!({})).idempotency_key("k2");
+    let id1 = hookstream_producer::enqueue(&mut tx, &rolled).await.unwrap();
+    tx.rollback().await.unwrap();
+    let id2 = hookstream_producer::enqueue(&mut conn, &rolled).await.unwrap();
+    assert_ne!(id1, id2);
+    // Event ids are UUIDv7: time-ordered.
+    assert_eq!(id2.get_version_num(), 7);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn several_relays_share_shards_keep_per_aggregate_order_and_take_over_a_killed_one() {
+    let env = TestEnv::new(6).await.unwrap();
+    let tenant = env.tenant("t").await.unwrap();
+    let mut a = spawn_relay(&env, "relay-a");
+    let b = spawn_relay(&env, "relay-b");
+
+    let producer = publish_load(&env, tenant, 4_000, 100, 100, Duration::from_millis(20)).await;
+    // A third relay joins mid-stream; then one of the first two dies.
+    let c = spawn_relay(&env, "relay-c");
+    assert!(
+        eventually(Duration::from_secs(15), || async {
+            let o = shard_owners(&env).await;
+            o.len() == 3 && o.iter().map(|(_, n)| n).sum::<i64>() == 16
+        })
+        .await,
+        "three relays share all 16 shards: {:?}",
+        shard_owners(&env).await
+    );
+    let owners = shard_owners(&env).await;
+    assert_eq!(
+        owners.iter().map(|(_, n)| n).sum::<i64>(),
+        16,
+        "every shard owned once: {owners:?}"
+    );
+    assert!(
+        owners.iter().all(|(_, n)| *n <= 6),
+        "fair share is at most ceil(16/3): {owners:?}"
+    );
+    let more = publish_load(&env, tenant, 6_000, 100, 100, Duration::from_millis(5)).await;
+    assert!(a.is_running());
+    a.kill9().await;
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            let o = shard_owners(&env).await;
+            o.len() == 2 && o.iter().map(|(_, n)| n).sum::<i64>() == 16
+        })
+        .await,
+        "the survivors took over every shard within 10 s: {:?}",
+        shard_owners(&env).await
+    );
+    assert!(
+        eventually(Duration::from_secs(60), || async {
+            env.outbox_len().await.unwrap() == 0
+        })
+        .await,
+        "the outbox drained"
+    );
+    let mut expected = producer;
+    for (agg, ids) in more {
+        expected.entry(agg).or_default().extend(ids);
+    }
+    let duplicates = check_kafka(&env, tenant, &expected);
+    println!("10,000 events, 3 relays, one SIGKILLed: {duplicates} duplicate records");
+    assert_eq!(b.terminate().await, Some(0), "graceful exit on SIGTERM");
+    assert_eq!(c.terminate().await, Some(0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_mid_batch_twenty_times_loses_nothing() {
+    let env = TestEnv::new(3).await.unwrap();
+    let tenant = env.tenant("t").await.unwrap();
+    let load = publish_load(&env, tenant, 8_000, 50, 50, Duration::from_millis(10));
+    let kills = async {
+        let mut killed = 0;
+        for i in 0..20 {
+            let relay = spawn_relay(&env, &format!("relay-{i}"));
+            let wait = rand::thread_rng().gen_range(150..700);
+            tokio::time::sleep(Duration::from_millis(wait)).await;
+            relay.kill9().await;
+            killed += 1;
+        }
+        killed
+    };
+    let (expected, killed) = tokio::join!(load, kills);
+    assert_eq!(killed, 20);
+    let last = spawn_relay(&env, "relay-final");
+    assert!(
+        eventually(Duration::from_secs(60), || async {
+            env.outbox_len().await.unwrap() == 0
+        })
+        .await,
+        "the outbox drained after 20 SIGKILLs"
+    );
+    let duplicates = check_kafka(&env, tenant, &expected);
+    println!("8,000 events, relay SIGKILLed 20 times: {duplicates} duplicate records");
+    assert_eq!(last.terminate().await, Some(0));
+}
