@@ -9,13 +9,14 @@
 //! that was running when the partition was revoked) are ignored, because the partition's new
 //! owner redoes that work from the last committed offset.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 
 /// One partition's outstanding offsets.
 #[derive(Debug)]
 struct PartitionState {
     epoch: u64,
-    outstanding: BTreeSet<i64>,
+    /// Outstanding offsets and their record timestamps (ms), for lag in seconds.
+    outstanding: BTreeMap<i64, i64>,
     /// One past the highest offset begun; what may be stored when nothing is outstanding.
     next: i64,
     /// The last offset handed back as committable, so callers store only on progress.
@@ -54,7 +55,8 @@ impl OffsetTracker {
     }
 
     /// Records that a message is being processed.
-    pub fn begin(&mut self, topic: &str, partition: i32, offset: i64) -> Ticket {
+    /// Records that a message is being processed; `timestamp_ms` is the record's timestamp.
+    pub fn begin(&mut self, topic: &str, partition: i32, offset: i64, timestamp_ms: i64) -> Ticket {
         let next_epoch = &mut self.next_epoch;
         let state = self
             .partitions
@@ -63,12 +65,12 @@ impl OffsetTracker {
                 *next_epoch += 1;
                 PartitionState {
                     epoch: *next_epoch,
-                    outstanding: BTreeSet::new(),
+                    outstanding: BTreeMap::new(),
                     next: offset,
                     stored: offset,
                 }
             });
-        state.outstanding.insert(offset);
+        state.outstanding.insert(offset, timestamp_ms);
         state.next = state.next.max(offset + 1);
         Ticket {
             topic: topic.to_string(),
@@ -84,10 +86,14 @@ impl OffsetTracker {
         let state = self
             .partitions
             .get_mut(&(ticket.topic.clone(), ticket.partition))?;
-        if state.epoch != ticket.epoch || !state.outstanding.remove(&ticket.offset) {
+        if state.epoch != ticket.epoch || state.outstanding.remove(&ticket.offset).is_none() {
             return None;
         }
-        let committable = state.outstanding.first().copied().unwrap_or(state.next);
+        let committable = state
+            .outstanding
+            .first_key_value()
+            .map(|(o, _)| *o)
+            .unwrap_or(state.next);
         if committable > state.stored {
             state.stored = committable;
             Some(committable)
@@ -108,13 +114,29 @@ impl OffsetTracker {
         self.partitions.values().map(|s| s.outstanding.len()).sum()
     }
 
-    /// (topic, partition, depth) for every tracked partition, for the per-partition gauge.
-    pub fn depths(&self) -> Vec<(String, i32, usize)> {
+    /// Every tracked partition's state, for the depth and lag gauges.
+    pub fn snapshot(&self) -> Vec<PartitionSnapshot> {
         self.partitions
             .iter()
-            .map(|((t, p), s)| (t.clone(), *p, s.outstanding.len()))
+            .map(|((topic, partition), s)| PartitionSnapshot {
+                topic: topic.clone(),
+                partition: *partition,
+                depth: s.outstanding.len(),
+                oldest_timestamp_ms: s.outstanding.values().min().copied(),
+            })
             .collect()
     }
+}
+
+/// One partition as the gauges see it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionSnapshot {
+    pub topic: String,
+    pub partition: i32,
+    /// Messages begun and not completed.
+    pub depth: usize,
+    /// Timestamp of the oldest of them.
+    pub oldest_timestamp_ms: Option<i64>,
 }
 
 #[cfg(test)]
@@ -124,9 +146,9 @@ mod tests {
     #[test]
     fn stores_only_the_lowest_contiguous_completed_offset_plus_one() {
         let mut t = OffsetTracker::new();
-        let a = t.begin("e", 0, 10);
-        let b = t.begin("e", 0, 11);
-        let c = t.begin("e", 0, 12);
+        let a = t.begin("e", 0, 10, 0);
+        let b = t.begin("e", 0, 11, 0);
+        let c = t.begin("e", 0, 12, 0);
         assert_eq!(t.complete(&c), None, "10 and 11 are still running");
         assert_eq!(t.complete(&a), Some(11));
         assert_eq!(t.complete(&b), Some(13));
@@ -136,8 +158,8 @@ mod tests {
     #[test]
     fn partitions_are_independent() {
         let mut t = OffsetTracker::new();
-        let a = t.begin("e", 0, 5);
-        let b = t.begin("e", 1, 7);
+        let a = t.begin("e", 0, 5, 0);
+        let b = t.begin("e", 1, 7, 0);
         assert_eq!(t.complete(&b), Some(8));
         assert_eq!(t.depth("e", 0), 1);
         assert_eq!(t.complete(&a), Some(6));
@@ -146,11 +168,11 @@ mod tests {
     #[test]
     fn completions_from_before_a_revoke_store_nothing() {
         let mut t = OffsetTracker::new();
-        let old = t.begin("e", 0, 3);
+        let old = t.begin("e", 0, 3, 0);
         t.revoke("e", 0);
         assert_eq!(t.complete(&old), None);
         // Re-assigned: the same offset is consumed again under a new epoch.
-        let again = t.begin("e", 0, 3);
+        let again = t.begin("e", 0, 3, 0);
         assert_eq!(
             t.complete(&old),
             None,
@@ -162,8 +184,8 @@ mod tests {
     #[test]
     fn duplicate_completion_is_ignored() {
         let mut t = OffsetTracker::new();
-        let a = t.begin("e", 0, 0);
-        let _b = t.begin("e", 0, 1);
+        let a = t.begin("e", 0, 0, 0);
+        let _b = t.begin("e", 0, 1, 0);
         assert_eq!(t.complete(&a), Some(1));
         assert_eq!(t.complete(&a), None);
         assert_eq!(t.total_depth(), 1);

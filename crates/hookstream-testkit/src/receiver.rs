@@ -7,6 +7,7 @@ use std::time::Instant;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
 use axum::Router;
 use tokio_util::sync::CancellationToken;
 
@@ -17,6 +18,10 @@ pub enum Behaviour {
     Ok,
     /// Always this status.
     Status(u16),
+    /// 204 after a delay (milliseconds).
+    Delay(u64),
+    /// 302 to this location (which must not be followed).
+    Redirect(&'static str),
 }
 
 /// One delivery as the receiver saw it.
@@ -79,6 +84,14 @@ impl Receiver {
         self.inner.received.lock().unwrap().clone()
     }
 
+    /// Distinct webhook ids received, and how many deliveries were duplicates.
+    pub fn distinct(&self) -> (std::collections::HashSet<String>, usize) {
+        let got = self.inner.received.lock().unwrap();
+        let ids: std::collections::HashSet<String> = got.iter().map(|r| r.webhook_id.clone()).collect();
+        let dups = got.len() - ids.len();
+        (ids, dups)
+    }
+
     pub fn count(&self) -> usize {
         self.inner.received.lock().unwrap().len()
     }
@@ -90,7 +103,7 @@ impl Drop for Receiver {
     }
 }
 
-async fn handle(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Bytes) -> StatusCode {
+async fn handle(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Bytes) -> Response {
     let get = |name: &str| {
         headers
             .get(name)
@@ -116,7 +129,14 @@ async fn handle(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Bytes
         at: Instant::now(),
     });
     match inner.behaviour {
-        Behaviour::Ok => StatusCode::NO_CONTENT,
-        Behaviour::Status(s) => StatusCode::from_u16(s).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+        Behaviour::Ok => StatusCode::NO_CONTENT.into_response(),
+        Behaviour::Status(s) => StatusCode::from_u16(s)
+            .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+            .into_response(),
+        Behaviour::Delay(ms) => {
+            tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+            StatusCode::NO_CONTENT.into_response()
+        }
+        Behaviour::Redirect(to) => (StatusCode::FOUND, [("location", to)]).into_response(),
     }
 }

@@ -27,7 +27,7 @@ use hookstream_kafka::rdkafka::error::KafkaError;
 use hookstream_kafka::rdkafka::producer::{FutureProducer, FutureRecord};
 use hookstream_kafka::rdkafka::{ClientContext, Message as _, Offset, TopicPartitionList};
 use hookstream_kafka::tracker::{OffsetTracker, Ticket};
-use hookstream_proto::{DeadLetter, EventEnvelope, Message as _, SourcePosition};
+use hookstream_proto::{AttemptRecord, DeadLetter, EventEnvelope, Message as _, SourcePosition};
 use hookstream_store::endpoints::ActiveEndpoint;
 use hookstream_store::StoreError;
 use hookstream_telemetry::prometheus::Registry;
@@ -117,6 +117,7 @@ struct Shared {
     producer: FutureProducer,
     pool: hookstream_store::sqlx::PgPool,
     dlq_topic: String,
+    attempts_topic: String,
     metrics: DispatcherMetrics,
     shutdown: CancellationToken,
     /// Per-endpoint caps on concurrent requests.
@@ -141,12 +142,13 @@ pub async fn run(
         shutdown.clone(),
     ));
     let tracker = Arc::new(Mutex::new(OffsetTracker::new()));
-    let consumer: StreamConsumer<RebalanceContext> =
+    let consumer: Arc<StreamConsumer<RebalanceContext>> = Arc::new(
         hookstream_kafka::consumer_config(&cfg.kafka, &cfg.kafka.group_id).create_with_context(
             RebalanceContext {
                 tracker: tracker.clone(),
             },
-        )?;
+        )?,
+    );
     consumer.subscribe(&[cfg.kafka.topics.events.as_str()])?;
     let producer: FutureProducer =
         hookstream_kafka::producer_config(&cfg.kafka, Duration::from_secs(30)).create()?;
@@ -156,11 +158,19 @@ pub async fn run(
         producer,
         pool,
         dlq_topic: cfg.kafka.topics.dlq.clone(),
+        attempts_topic: cfg.kafka.topics.attempts.clone(),
         metrics: metrics.clone(),
         shutdown: shutdown.clone(),
         endpoint_slots: Mutex::new(HashMap::new()),
     });
 
+    let lag = tokio::spawn(watch_lag(
+        consumer.clone(),
+        tracker.clone(),
+        metrics.clone(),
+        cfg.kafka.group_id.clone(),
+        shutdown.clone(),
+    ));
     let slots = Arc::new(Semaphore::new(cfg.dispatcher.max_in_flight_events.max(1)));
     let (done_tx, mut done_rx) = mpsc::unbounded_channel::<Ticket>();
     let tasks = TaskTracker::new();
@@ -181,7 +191,8 @@ pub async fn run(
                     }
                 };
                 let permit = slots.clone().try_acquire_owned().expect("a permit is available");
-                let ticket = tracker.lock().expect("tracker lock").begin(msg.topic(), msg.partition(), msg.offset());
+                let timestamp_ms = msg.timestamp().to_millis().unwrap_or_else(now_ms);
+                let ticket = tracker.lock().expect("tracker lock").begin(msg.topic(), msg.partition(), msg.offset(), timestamp_ms);
                 let origin = SourcePosition { topic: msg.topic().to_string(), partition: msg.partition(), offset: msg.offset() };
                 let payload = msg.payload().map(Bytes::copy_from_slice).unwrap_or_default();
                 let shared = shared.clone();
@@ -223,6 +234,7 @@ pub async fn run(
     }
     consumer.unsubscribe();
     watcher.abort();
+    lag.abort();
     tracing::info!("dispatcher stopped");
     Ok(())
 }
@@ -347,6 +359,7 @@ async fn deliver_to(
     };
     let outcome = shared.engine.deliver(target, msg).await;
     record(shared, &outcome);
+    log_attempt(shared, event, ep, 1, started_ms, &outcome);
     match outcome.verdict {
         Verdict::Delivered => true,
         verdict => {
@@ -388,19 +401,125 @@ fn describe(outcome: &Outcome) -> String {
     }
 }
 
-fn record(shared: &Shared, outcome: &Outcome) {
-    let label = match outcome.verdict {
+fn verdict_label(verdict: Verdict) -> &'static str {
+    match verdict {
         Verdict::Delivered => "delivered",
         Verdict::Retryable => "retryable",
         Verdict::Permanent => "permanent",
         Verdict::Gone => "gone",
-    };
+    }
+}
+
+fn record(shared: &Shared, outcome: &Outcome) {
+    let label = verdict_label(outcome.verdict);
     shared.metrics.deliveries.with_label_values(&[label]).inc();
     shared
         .metrics
         .attempt_duration
         .with_label_values(&[label])
         .observe(outcome.latency.as_secs_f64());
+}
+
+/// Produces the attempt record without waiting: the attempt log must never slow deliveries.
+/// Records Kafka refuses are counted in `attempt_records_dropped`.
+fn log_attempt(
+    shared: &Shared,
+    event: &EventEnvelope,
+    ep: &ActiveEndpoint,
+    attempt: u32,
+    at_ms: i64,
+    outcome: &Outcome,
+) {
+    let record = AttemptRecord {
+        event_id: event.event_id.clone(),
+        tenant_id: event.tenant_id.clone(),
+        endpoint_id: ep.endpoint.id.to_string(),
+        attempt,
+        status: outcome.status.map(i32::from).unwrap_or(0),
+        outcome: verdict_label(outcome.verdict).into(),
+        error_class: outcome.class.as_str().into(),
+        error: outcome.error.clone().unwrap_or_default(),
+        latency_ms: outcome.latency.as_millis() as u64,
+        attempted_at_ms: at_ms,
+        response: outcome.response.clone(),
+    }
+    .encode_to_vec();
+    let key = ep.endpoint.id.to_string();
+    match shared.producer.send_result(
+        FutureRecord::to(&shared.attempts_topic)
+            .key(&key)
+            .payload(&record),
+    ) {
+        Ok(ack) => {
+            let dropped = shared.metrics.attempt_records_dropped.clone();
+            tokio::spawn(async move {
+                if !matches!(ack.await, Ok(Ok(_))) {
+                    dropped.inc();
+                }
+            });
+        }
+        Err(_) => shared.metrics.attempt_records_dropped.inc(),
+    }
+}
+
+/// Every 5 s: lag in messages (high watermark − committed) and in seconds (age of the oldest
+/// unfinished message) for each assigned partition, and the in-flight depth.
+async fn watch_lag(
+    consumer: Arc<StreamConsumer<RebalanceContext>>,
+    tracker: Arc<Mutex<OffsetTracker>>,
+    metrics: DispatcherMetrics,
+    group: String,
+    shutdown: CancellationToken,
+) {
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_secs(5)) => {}
+            _ = shutdown.cancelled() => return,
+        }
+        let c = consumer.clone();
+        let lags = tokio::task::spawn_blocking(move || -> Result<Vec<(String, i32, i64)>, KafkaError> {
+            let assignment = c.assignment()?;
+            let committed = c.committed_offsets(assignment, Duration::from_secs(5))?;
+            let mut out = Vec::new();
+            for el in committed.elements() {
+                let (low, high) = c.fetch_watermarks(el.topic(), el.partition(), Duration::from_secs(5))?;
+                let position = match el.offset() {
+                    Offset::Offset(o) => o,
+                    _ => low,
+                };
+                out.push((el.topic().to_string(), el.partition(), (high - position).max(0)));
+            }
+            Ok(out)
+        })
+        .await;
+        let Ok(Ok(lags)) = lags else { continue };
+        let snapshot = tracker.lock().expect("tracker lock").snapshot();
+        metrics.lag_messages.reset();
+        metrics.lag_seconds.reset();
+        metrics.uncommitted.reset();
+        let now = now_ms();
+        for (topic, partition, lag) in lags {
+            let p = partition.to_string();
+            metrics
+                .lag_messages
+                .with_label_values(&[group.as_str(), topic.as_str(), p.as_str()])
+                .set(lag);
+            let state = snapshot
+                .iter()
+                .find(|s| s.topic == topic && s.partition == partition);
+            let age = state
+                .and_then(|s| s.oldest_timestamp_ms)
+                .map(|ts| (now - ts).max(0) as f64 / 1000.0);
+            metrics
+                .lag_seconds
+                .with_label_values(&[topic.as_str(), p.as_str()])
+                .set(age.unwrap_or(0.0));
+            metrics
+                .uncommitted
+                .with_label_values(&[topic.as_str(), p.as_str()])
+                .set(state.map_or(0, |s| s.depth) as i64);
+        }
+    }
 }
 
 async fn disable_gone(shared: &Shared, ep: &ActiveEndpoint) {

@@ -2,7 +2,8 @@
 //! fixed sets (outcome, error class), never from URLs or tenant ids.
 
 use hookstream_telemetry::prometheus::{
-    exponential_buckets, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, Opts, Registry,
+    exponential_buckets, GaugeVec, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry,
 };
 
 #[derive(Clone)]
@@ -18,6 +19,15 @@ pub struct DispatcherMetrics {
     pub in_flight: IntGauge,
     /// Endpoints disabled because the receiver answered 410.
     pub endpoints_disabled: IntCounterVec,
+    /// Consumer lag in messages per assigned partition: high watermark minus committed
+    /// offset (the conventional name, as kafka-exporter exports it; what KEDA scales on).
+    pub lag_messages: IntGaugeVec,
+    /// Age of the oldest unfinished message per assigned partition.
+    pub lag_seconds: GaugeVec,
+    /// Messages begun and not completed per partition (what blocks the committed offset).
+    pub uncommitted: IntGaugeVec,
+    /// Attempt records Kafka did not acknowledge (the attempt log misses them).
+    pub attempt_records_dropped: IntCounter,
 }
 
 impl DispatcherMetrics {
@@ -66,7 +76,40 @@ impl DispatcherMetrics {
                 &["reason"],
             )
             .unwrap(),
+            lag_messages: IntGaugeVec::new(
+                Opts::new(
+                    "kafka_consumergroup_lag",
+                    "Consumer lag in messages per partition",
+                ),
+                &["consumergroup", "topic", "partition"],
+            )
+            .unwrap(),
+            lag_seconds: GaugeVec::new(
+                Opts::new(
+                    "hookstream_dispatcher_consumer_lag_seconds",
+                    "Age of the oldest unfinished message per partition",
+                ),
+                &["topic", "partition"],
+            )
+            .unwrap(),
+            uncommitted: IntGaugeVec::new(
+                Opts::new(
+                    "hookstream_dispatcher_uncommitted_messages",
+                    "Messages in flight per partition",
+                ),
+                &["topic", "partition"],
+            )
+            .unwrap(),
+            attempt_records_dropped: IntCounter::new(
+                "hookstream_dispatcher_attempt_records_dropped_total",
+                "Attempt records Kafka did not acknowledge",
+            )
+            .unwrap(),
         };
+        let _ = registry.register(Box::new(m.lag_messages.clone()));
+        let _ = registry.register(Box::new(m.lag_seconds.clone()));
+        let _ = registry.register(Box::new(m.uncommitted.clone()));
+        let _ = registry.register(Box::new(m.attempt_records_dropped.clone()));
         let _ = registry.register(Box::new(m.events.clone()));
         let _ = registry.register(Box::new(m.deliveries.clone()));
         let _ = registry.register(Box::new(m.attempt_duration.clone()));

@@ -1,0 +1,187 @@
+//! The dispatcher as a separate process: SIGKILL with thousands of deliveries in flight, and
+//! a second instance joining and leaving mid-stream. Nothing may be lost (invariant 1);
+//! duplicates are allowed after a crash and are counted.
+
+use std::collections::HashSet;
+use std::path::Path;
+use std::time::Duration;
+
+use hookstream_store::endpoints::{self, NewEndpoint};
+use hookstream_store::outbox::NewEvent;
+use hookstream_testkit::process::{service_env, ServiceProcess};
+use hookstream_testkit::{eventually, Behaviour, Receiver, TestEnv};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+fn spawn_dispatcher(env: &TestEnv, name: &str, max_in_flight: usize) -> ServiceProcess {
+    let mut vars = service_env(env);
+    vars.push((
+        "HOOKSTREAM_DELIVERY__ALLOW_CIDRS".into(),
+        "[\"127.0.0.0/8\"]".into(),
+    ));
+    vars.push((
+        "HOOKSTREAM_DISPATCHER__MAX_IN_FLIGHT_EVENTS".into(),
+        max_in_flight.to_string(),
+    ));
+    vars.push(("HOOKSTREAM_DISPATCHER__SHUTDOWN_GRACE_MS".into(), "5000".into()));
+    ServiceProcess::spawn(
+        Path::new(env!("CARGO_BIN_EXE_dispatcher")),
+        &vars,
+        &env.log_path(name),
+    )
+    .expect("start dispatcher")
+}
+
+/// The relay runs in-process: these tests are about the dispatcher.
+fn start_relay(env: &TestEnv) -> CancellationToken {
+    let cfg = outbox_relay::Config {
+        database: env.database.clone(),
+        kafka: env.kafka.clone(),
+        ..Default::default()
+    };
+    let token = CancellationToken::new();
+    let t = token.clone();
+    tokio::spawn(async move {
+        let registry = prometheus::Registry::new();
+        outbox_relay::run(cfg, &registry, Default::default(), t)
+            .await
+            .expect("relay runs");
+    });
+    token
+}
+
+async fn endpoint(env: &TestEnv, tenant: Uuid, receiver: &Receiver, max_in_flight: i32) {
+    let (_, secret) = endpoints::create(
+        &env.pool,
+        NewEndpoint {
+            tenant_id: tenant,
+            url: receiver.url(),
+            max_in_flight: Some(max_in_flight),
+            timeout_ms: Some(10_000),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    receiver.set_secret(&secret.expose());
+}
+
+async fn publish(env: &TestEnv, tenant: Uuid, n: usize, offset: usize) -> Vec<String> {
+    let events: Vec<NewEvent> = (offset..offset + n)
+        .map(|i| {
+            NewEvent::new(tenant, "order.created", json!({ "i": i }))
+                .aggregate("order", format!("o{}", i % 97))
+        })
+        .collect();
+    let mut ids = Vec::new();
+    for chunk in events.chunks(500) {
+        ids.extend(
+            env.publish(chunk)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|id| id.to_string()),
+        );
+    }
+    ids
+}
+
+async fn committed_to_end(env: &TestEnv) -> bool {
+    eventually(Duration::from_secs(30), || {
+        let ends = env.end_offsets(&env.kafka.topics.events).unwrap();
+        let committed = env.committed_offsets(&env.kafka.topics.events).unwrap();
+        let done = ends.iter().zip(&committed).all(|(e, c)| *e == 0 || c == e);
+        async move { done }
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_with_5000_deliveries_in_flight_loses_nothing() {
+    let env = TestEnv::new(6).await.unwrap();
+    let tenant = env.tenant("t").await.unwrap();
+    // Slow enough that thousands of requests are open at once.
+    let receiver = Receiver::start(Behaviour::Delay(3_000)).await;
+    endpoint(&env, tenant, &receiver, 1000).await;
+    let relay = start_relay(&env);
+    let ids = publish(&env, tenant, 5_000, 0).await;
+
+    let first = spawn_dispatcher(&env, "dispatcher-1", 5_000);
+    assert!(
+        eventually(Duration::from_secs(60), || async { receiver.count() >= 1_000 }).await,
+        "deliveries in flight before the kill"
+    );
+    let in_flight_at_kill = receiver.count();
+    first.kill9().await;
+
+    let second = spawn_dispatcher(&env, "dispatcher-2", 5_000);
+    let want: HashSet<String> = ids.iter().cloned().collect();
+    assert!(
+        eventually(Duration::from_secs(120), || async {
+            receiver.distinct().0.is_superset(&want)
+        })
+        .await,
+        "every event delivered after the restart ({} of {})",
+        receiver.distinct().0.intersection(&want).count(),
+        want.len()
+    );
+    assert!(
+        committed_to_end(&env).await,
+        "offsets reach the end after recovery"
+    );
+    let (got, duplicates) = receiver.distinct();
+    assert_eq!(got, want, "nothing unexpected delivered");
+    assert!(
+        receiver.received().iter().all(|r| r.verified),
+        "every delivery is signed correctly"
+    );
+    println!(
+        "dispatcher SIGKILL: {} requests had reached the receiver at the kill; {} events, {duplicates} duplicate deliveries",
+        in_flight_at_kill,
+        want.len()
+    );
+    assert_eq!(second.terminate().await, Some(0));
+    relay.cancel();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_dispatcher_joining_and_leaving_mid_stream_loses_nothing() {
+    let env = TestEnv::new(6).await.unwrap();
+    let tenant = env.tenant("t").await.unwrap();
+    let receiver = Receiver::start(Behaviour::Delay(20)).await;
+    endpoint(&env, tenant, &receiver, 200).await;
+    let relay = start_relay(&env);
+    let a = spawn_dispatcher(&env, "dispatcher-a", 1_000);
+
+    let mut ids = Vec::new();
+    for round in 0..30 {
+        ids.extend(publish(&env, tenant, 100, round * 100).await);
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        if round == 8 {
+            let b = spawn_dispatcher(&env, "dispatcher-b", 1_000);
+            // Let it join the group and take partitions, then leave while events flow.
+            tokio::time::sleep(Duration::from_secs(4)).await;
+            assert_eq!(b.terminate().await, Some(0), "b leaves cleanly");
+        }
+    }
+    let want: HashSet<String> = ids.iter().cloned().collect();
+    assert!(
+        eventually(Duration::from_secs(90), || async {
+            receiver.distinct().0.is_superset(&want)
+        })
+        .await,
+        "every event delivered ({} of {})",
+        receiver.distinct().0.intersection(&want).count(),
+        want.len()
+    );
+    assert!(committed_to_end(&env).await);
+    let (got, duplicates) = receiver.distinct();
+    assert_eq!(got, want);
+    println!(
+        "join/leave: {} events, {duplicates} duplicate deliveries",
+        want.len()
+    );
+    assert_eq!(a.terminate().await, Some(0));
+    relay.cancel();
+}

@@ -1,0 +1,144 @@
+//! SSRF protection end to end (invariant 6): a dispatcher with the built-in policy refuses
+//! every non-public destination, whatever notation the URL uses, and dead-letters the
+//! delivery with the class `ssrf_blocked`; no connection reaches the target. Redirects are
+//! never followed, even to an allowed address.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use hookstream_proto::{DeadLetter, Message as _};
+use hookstream_store::endpoints::{self, NewEndpoint};
+use hookstream_store::outbox::NewEvent;
+use hookstream_testkit::{eventually, Behaviour, Receiver, TestEnv};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+fn start(env: &TestEnv, allow_loopback: bool) -> CancellationToken {
+    let mut cfg = dispatcher::Config {
+        database: env.database.clone(),
+        kafka: env.kafka.clone(),
+        ..Default::default()
+    };
+    if allow_loopback {
+        cfg.delivery.allow_cidrs = vec!["127.0.0.0/8".parse().unwrap()];
+    }
+    let relay_cfg = outbox_relay::Config {
+        database: env.database.clone(),
+        kafka: env.kafka.clone(),
+        ..Default::default()
+    };
+    let token = CancellationToken::new();
+    let (t1, t2) = (token.clone(), token.clone());
+    tokio::spawn(async move {
+        dispatcher::run(cfg, &prometheus::Registry::new(), Default::default(), t1)
+            .await
+            .expect("dispatcher runs");
+    });
+    tokio::spawn(async move {
+        outbox_relay::run(relay_cfg, &prometheus::Registry::new(), Default::default(), t2)
+            .await
+            .expect("relay runs");
+    });
+    token
+}
+
+async fn endpoint(env: &TestEnv, tenant: Uuid, url: &str) -> Uuid {
+    endpoints::create(
+        &env.pool,
+        NewEndpoint {
+            tenant_id: tenant,
+            url: url.into(),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{url}: {e}"))
+    .0
+    .id
+}
+
+fn dead_letters(env: &TestEnv, n: usize) -> Vec<DeadLetter> {
+    env.read_topic(&env.kafka.topics.dlq, n, Duration::from_secs(30))
+        .unwrap()
+        .iter()
+        .map(|r| DeadLetter::decode(r.payload.as_slice()).unwrap())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forbidden_destinations_are_refused_before_any_connection() {
+    let env = TestEnv::new(2).await.unwrap();
+    let tenant = env.tenant("t").await.unwrap();
+    let target = Receiver::start(Behaviour::Ok).await;
+    let port = target
+        .url()
+        .split(':')
+        .nth(2)
+        .unwrap()
+        .split('/')
+        .next()
+        .unwrap()
+        .to_string();
+    let urls = [
+        format!("http://127.0.0.1:{port}/hook"),
+        format!("http://localhost:{port}/hook"),
+        format!("http://[::ffff:127.0.0.1]:{port}/hook"),
+        format!("http://[::1]:{port}/hook"),
+        format!("http://0.0.0.0:{port}/hook"),
+        format!("http://0x7f.0.0.1:{port}/hook"),
+        format!("http://2130706433:{port}/hook"),
+        "http://10.0.0.1/hook".to_string(),
+        "http://169.254.169.254/latest/meta-data/".to_string(),
+    ];
+    let mut by_endpoint = HashMap::new();
+    for url in &urls {
+        by_endpoint.insert(endpoint(&env, tenant, url).await.to_string(), url.clone());
+    }
+    let token = start(&env, false);
+    env.publish(&[NewEvent::new(tenant, "order.created", json!({ "x": 1 }))])
+        .await
+        .unwrap();
+
+    let letters = dead_letters(&env, urls.len());
+    assert_eq!(
+        letters.len(),
+        urls.len(),
+        "one dead letter per forbidden endpoint"
+    );
+    for l in &letters {
+        let url = &by_endpoint[&l.endpoint_id];
+        assert_eq!(l.error_class, "ssrf_blocked", "{url}: {}", l.reason);
+        assert!(
+            l.reason.contains("forbidden"),
+            "{url}: a readable reason, got {:?}",
+            l.reason
+        );
+    }
+    assert_eq!(target.count(), 0, "no request reached the loopback target");
+    token.cancel();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redirect_is_not_followed() {
+    let env = TestEnv::new(2).await.unwrap();
+    let tenant = env.tenant("t").await.unwrap();
+    let target = Receiver::start(Behaviour::Ok).await;
+    let to: &'static str = Box::leak(target.url().into_boxed_str());
+    let redirector = Receiver::start(Behaviour::Redirect(to)).await;
+    let ep = endpoint(&env, tenant, &redirector.url()).await;
+    let token = start(&env, true);
+    env.publish(&[NewEvent::new(tenant, "order.created", json!({ "x": 1 }))])
+        .await
+        .unwrap();
+
+    let letters = dead_letters(&env, 1);
+    assert_eq!(letters.len(), 1);
+    assert_eq!(letters[0].endpoint_id, ep.to_string());
+    assert_eq!(letters[0].error_class, "http_3xx");
+    assert_eq!(letters[0].last_status, 302);
+    assert!(eventually(Duration::from_secs(2), || async { redirector.count() == 1 }).await);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(target.count(), 0, "the redirect target was never contacted");
+    token.cancel();
+}
