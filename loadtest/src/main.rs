@@ -5,11 +5,12 @@
 //! cargo run --release -p loadtest -- run relay --events 200000 --rate 2000 --out loadtest/out/relay
 //! ```
 //!
-//! Scenarios so far: `relay` (outbox → Kafka only). Each run uses a fresh database and fresh
+//! Scenarios so far: `relay` (outbox → Kafka only) and `dispatch` (outbox → receivers). Each run uses a fresh database and fresh
 //! topics, so runs do not disturb each other or the `make up` stack.
 
 #![forbid(unsafe_code)]
 
+mod dispatch;
 mod procstat;
 mod relay;
 mod report;
@@ -35,6 +36,8 @@ enum Command {
 enum Scenario {
     /// Outbox → Kafka only: drain throughput with 1 and 2 relays, and commit → Kafka latency at a fixed rate.
     Relay,
+    /// Outbox → receivers: delivery throughput at a fan-out of `--endpoints`, and latency at `--rate`.
+    Dispatch,
 }
 
 #[derive(clap::Args)]
@@ -50,6 +53,9 @@ pub struct RunArgs {
     /// Seconds of the latency phase.
     #[arg(long, default_value_t = 30)]
     pub seconds: u64,
+    /// Endpoints subscribed to every event (fan-out) in the dispatch scenario.
+    #[arg(long, default_value_t = 1)]
+    pub endpoints: usize,
     /// Relay instances for the throughput phase (runs 1..=N).
     #[arg(long, default_value_t = 2)]
     pub relays: usize,
@@ -65,6 +71,7 @@ async fn main() -> anyhow::Result<()> {
             std::fs::create_dir_all(&args.out)?;
             let report = match args.scenario {
                 Scenario::Relay => relay::run(&args).await?,
+                Scenario::Dispatch => dispatch::run(&args).await?,
             };
             let path = args.out.join("report.json");
             std::fs::write(&path, serde_json::to_string_pretty(&report)?)?;

@@ -54,8 +54,13 @@ pub fn prepare() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A release binary of the workspace.
+pub fn release_bin(name: &str) -> PathBuf {
+    repo_root().join("target/release").join(name)
+}
+
 fn relay_bin() -> PathBuf {
-    repo_root().join("target/release/outbox-relay")
+    release_bin("outbox-relay")
 }
 
 pub async fn run(args: &RunArgs) -> anyhow::Result<serde_json::Value> {
@@ -158,7 +163,10 @@ async fn drain(events: usize, relays: usize, out: &Path) -> anyhow::Result<serde
 async fn steady(rate: usize, seconds: u64, out: &Path) -> anyhow::Result<serde_json::Value> {
     let env = TestEnv::new(6).await?;
     let tenant = env.tenant("bench").await?;
-    let relay = ServiceProcess::spawn(&relay_bin(), &service_env(&env), &out.join("relay-steady.log"))?;
+    let admin = "127.0.0.1:19181";
+    let mut vars = service_env(&env);
+    vars.push(("HOOKSTREAM_TELEMETRY__LISTEN".into(), admin.into()));
+    let relay = ServiceProcess::spawn(&relay_bin(), &vars, &out.join("relay-steady.log"))?;
     tokio::time::sleep(Duration::from_secs(2)).await;
 
     let expected = rate * seconds as usize;
@@ -188,6 +196,13 @@ async fn steady(rate: usize, seconds: u64, out: &Path) -> anyhow::Result<serde_j
     let produce_s = start.elapsed().as_secs_f64();
     let samples = consumer.await??;
     let usage = relay.pid().and_then(procstat::sample);
+    let page = crate::report::scrape(admin).unwrap_or_default();
+    let relay_view = |name: &str| {
+        crate::report::histogram_quantiles(&page, name)
+            .map(|(p50, p90, p99, n)| json!({ "p50_le_ms": p50, "p90_le_ms": p90, "p99_le_ms": p99, "count": n }))
+    };
+    let commit_to_ack = relay_view("hookstream_relay_commit_to_ack_seconds");
+    let batch = relay_view("hookstream_relay_batch_duration_seconds");
     relay.terminate().await;
     let latency = Latency::of(samples.clone());
     eprintln!(
@@ -202,6 +217,8 @@ async fn steady(rate: usize, seconds: u64, out: &Path) -> anyhow::Result<serde_j
         "lost": sent.saturating_sub(samples.len()),
         "latency_ms": latency,
         "latency_measures": "row created (insert, ≈ commit for these one-statement transactions) → record consumed from Kafka; an upper bound of commit → acknowledgement",
+        "relay_commit_to_ack_ms": commit_to_ack,
+        "relay_batch_duration_ms": batch,
         "cpu_s": usage.map(|u| u.0),
         "max_rss_mb": usage.map(|u| u.1),
     }))

@@ -35,6 +35,8 @@ pub struct Received {
     /// Whether `standardwebhooks` accepted the signature with the endpoint's secret.
     pub verified: bool,
     pub at: Instant,
+    /// Arrival time in ms since the Unix epoch, for end-to-end latency.
+    pub received_unix_ms: f64,
 }
 
 struct Inner {
@@ -127,6 +129,10 @@ async fn handle(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Bytes
         body,
         verified,
         at: Instant::now(),
+        received_unix_ms: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs_f64() * 1000.0)
+            .unwrap_or(0.0),
     });
     match inner.behaviour {
         Behaviour::Ok => StatusCode::NO_CONTENT.into_response(),

@@ -6,6 +6,12 @@ use hookstream_telemetry::prometheus::{
     exponential_buckets, Gauge, Histogram, HistogramOpts, IntCounter, IntGauge, Registry,
 };
 
+/// Latency buckets fine enough to quote a p99 against a 50 ms objective.
+const LATENCY_BUCKETS: &[f64] = &[
+    0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3,
+    0.5, 1.0, 2.0, 5.0, 10.0, 30.0,
+];
+
 #[derive(Clone)]
 pub struct RelayMetrics {
     pub published: IntCounter,
@@ -48,7 +54,7 @@ impl RelayMetrics {
                     "hookstream_relay_batch_duration_seconds",
                     "Claim to commit time of a batch",
                 )
-                .buckets(exponential_buckets(0.0005, 2.0, 16).unwrap()),
+                .buckets(LATENCY_BUCKETS.to_vec()),
             )
             .unwrap(),
             commit_to_ack: Histogram::with_opts(
@@ -56,7 +62,7 @@ impl RelayMetrics {
                     "hookstream_relay_commit_to_ack_seconds",
                     "Outbox row creation to Kafka acknowledgement",
                 )
-                .buckets(exponential_buckets(0.001, 2.0, 16).unwrap()),
+                .buckets(LATENCY_BUCKETS.to_vec()),
             )
             .unwrap(),
             shards_owned: IntGauge::new("hookstream_relay_shards_owned", "Outbox shards this relay owns")
