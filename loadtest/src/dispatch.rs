@@ -35,8 +35,14 @@ pub async fn run(args: &RunArgs) -> anyhow::Result<serde_json::Value> {
 
 fn dispatcher_env(env: &TestEnv) -> Vec<(String, String)> {
     let mut vars = service_env(env);
-    vars.push(("HOOKSTREAM_DELIVERY__ALLOW_CIDRS".into(), "[\"127.0.0.0/8\"]".into()));
-    vars.push(("HOOKSTREAM_DISPATCHER__MAX_IN_FLIGHT_EVENTS".into(), "2000".into()));
+    vars.push((
+        "HOOKSTREAM_DELIVERY__ALLOW_CIDRS".into(),
+        "[\"127.0.0.0/8\"]".into(),
+    ));
+    vars.push((
+        "HOOKSTREAM_DISPATCHER__MAX_IN_FLIGHT_EVENTS".into(),
+        "2000".into(),
+    ));
     vars
 }
 
@@ -46,7 +52,12 @@ async fn receivers(env: &TestEnv, tenant: uuid::Uuid, n: usize) -> anyhow::Resul
         let r = Receiver::start(Behaviour::Ok).await;
         let (_, secret) = endpoints::create(
             &env.pool,
-            NewEndpoint { tenant_id: tenant, url: r.url(), max_in_flight: Some(256), ..Default::default() },
+            NewEndpoint {
+                tenant_id: tenant,
+                url: r.url(),
+                max_in_flight: Some(256),
+                ..Default::default()
+            },
         )
         .await?;
         r.set_secret(&secret.expose());
@@ -71,9 +82,16 @@ async fn enqueue(env: &TestEnv, tenant: uuid::Uuid, n: i32) -> anyhow::Result<()
 }
 
 fn start_services(env: &TestEnv, out: &Path, tag: &str) -> anyhow::Result<(ServiceProcess, ServiceProcess)> {
-    let relay = ServiceProcess::spawn(&release_bin("outbox-relay"), &service_env(env), &out.join(format!("relay-{tag}.log")))?;
-    let dispatcher =
-        ServiceProcess::spawn(&release_bin("dispatcher"), &dispatcher_env(env), &out.join(format!("dispatcher-{tag}.log")))?;
+    let relay = ServiceProcess::spawn(
+        &release_bin("outbox-relay"),
+        &service_env(env),
+        &out.join(format!("relay-{tag}.log")),
+    )?;
+    let dispatcher = ServiceProcess::spawn(
+        &release_bin("dispatcher"),
+        &dispatcher_env(env),
+        &out.join(format!("dispatcher-{tag}.log")),
+    )?;
     Ok((relay, dispatcher))
 }
 
@@ -105,10 +123,16 @@ async fn burst(events: usize, fanout: usize, out: &Path) -> anyhow::Result<serde
             break;
         }
         if last.elapsed() > Duration::from_secs(2) {
-            eprintln!("[dispatch] {got}/{expected} deliveries, {:.0}/s", got as f64 / started.elapsed().as_secs_f64());
+            eprintln!(
+                "[dispatch] {got}/{expected} deliveries, {:.0}/s",
+                got as f64 / started.elapsed().as_secs_f64()
+            );
             last = Instant::now();
         }
-        anyhow::ensure!(started.elapsed() < Duration::from_secs(900), "not drained in 15 minutes");
+        anyhow::ensure!(
+            started.elapsed() < Duration::from_secs(900),
+            "not drained in 15 minutes"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let took = started.elapsed().as_secs_f64();
@@ -123,7 +147,10 @@ async fn burst(events: usize, fanout: usize, out: &Path) -> anyhow::Result<serde
         let distinct: HashSet<&str> = got.iter().map(|d| d.webhook_id.as_str()).collect();
         duplicates += got.len() - distinct.len();
     }
-    eprintln!("[dispatch] fan-out {fanout}: {expected} deliveries in {took:.1} s = {:.0}/s", expected as f64 / took);
+    eprintln!(
+        "[dispatch] fan-out {fanout}: {expected} deliveries in {took:.1} s = {:.0}/s",
+        expected as f64 / took
+    );
     Ok(json!({
         "events": events,
         "endpoints": fanout,
@@ -173,7 +200,10 @@ async fn steady(rate: usize, seconds: u64, out: &Path) -> anyhow::Result<serde_j
         })
         .collect();
     let latency = Latency::of(samples);
-    eprintln!("[dispatch] latency at {rate}/s: p50 {:.1} ms, p99 {:.1} ms", latency.p50, latency.p99);
+    eprintln!(
+        "[dispatch] latency at {rate}/s: p50 {:.1} ms, p99 {:.1} ms",
+        latency.p50, latency.p99
+    );
     Ok(json!({
         "rate_per_s": rate,
         "achieved_rate_per_s": sent as f64 / produce_s,

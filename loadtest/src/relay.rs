@@ -198,8 +198,9 @@ async fn steady(rate: usize, seconds: u64, out: &Path) -> anyhow::Result<serde_j
     let usage = relay.pid().and_then(procstat::sample);
     let page = crate::report::scrape(admin).unwrap_or_default();
     let relay_view = |name: &str| {
-        crate::report::histogram_quantiles(&page, name)
-            .map(|(p50, p90, p99, n)| json!({ "p50_le_ms": p50, "p90_le_ms": p90, "p99_le_ms": p99, "count": n }))
+        crate::report::histogram_quantiles(&page, name).map(
+            |(p50, p90, p99, n)| json!({ "p50_le_ms": p50, "p90_le_ms": p90, "p99_le_ms": p99, "count": n }),
+        )
     };
     let commit_to_ack = relay_view("hookstream_relay_commit_to_ack_seconds");
     let batch = relay_view("hookstream_relay_batch_duration_seconds");

@@ -56,18 +56,6 @@ impl Machine {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn nearest_rank_percentiles() {
-        let l = Latency::of((1..=100).map(f64::from).collect());
-        assert_eq!((l.p50, l.p90, l.p99, l.max), (50.0, 90.0, 99.0, 100.0));
-        assert_eq!(Latency::of(vec![]).max, 0.0);
-    }
-}
-
 /// Fetches a Prometheus text page over plain HTTP (the services' admin listener).
 pub fn scrape(addr: &str) -> std::io::Result<String> {
     use std::io::{Read, Write};
@@ -87,7 +75,11 @@ pub fn histogram_quantiles(page: &str, name: &str) -> Option<(f64, f64, f64, u64
         .filter_map(|l| l.strip_prefix(&prefix))
         .filter_map(|rest| {
             let (le, count) = rest.split_once("\"} ")?;
-            let le = if le == "+Inf" { f64::INFINITY } else { le.parse().ok()? };
+            let le = if le == "+Inf" {
+                f64::INFINITY
+            } else {
+                le.parse().ok()?
+            };
             Some((le, count.trim().parse().ok()?))
         })
         .collect();
@@ -98,7 +90,23 @@ pub fn histogram_quantiles(page: &str, name: &str) -> Option<(f64, f64, f64, u64
     }
     let q = |q: f64| {
         let rank = (q * total as f64).ceil() as u64;
-        buckets.iter().find(|(_, c)| *c >= rank).map(|(le, _)| le * 1000.0).unwrap_or(f64::INFINITY)
+        buckets
+            .iter()
+            .find(|(_, c)| *c >= rank)
+            .map(|(le, _)| le * 1000.0)
+            .unwrap_or(f64::INFINITY)
     };
     Some((q(0.5), q(0.9), q(0.99), total))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nearest_rank_percentiles() {
+        let l = Latency::of((1..=100).map(f64::from).collect());
+        assert_eq!((l.p50, l.p90, l.p99, l.max), (50.0, 90.0, 99.0, 100.0));
+        assert_eq!(Latency::of(vec![]).max, 0.0);
+    }
 }

@@ -274,7 +274,8 @@ async fn sigkill_mid_batch_twenty_times_loses_nothing() {
 async fn a_row_too_large_for_the_topic_is_quarantined_and_the_rows_behind_it_flow() {
     let env = TestEnv::new(1).await.unwrap();
     let tenant = env.tenant("t").await.unwrap();
-    let mut events = vec![Event::new(tenant, "doc.saved", json!({ "blob": "x".repeat(5_000) })).aggregate("doc", "d1")];
+    let mut events =
+        vec![Event::new(tenant, "doc.saved", json!({ "blob": "x".repeat(5_000) })).aggregate("doc", "d1")];
     for i in 0..5 {
         events.push(Event::new(tenant, "doc.saved", json!({ "i": i })).aggregate("doc", "d1"));
     }
@@ -282,11 +283,20 @@ async fn a_row_too_large_for_the_topic_is_quarantined_and_the_rows_behind_it_flo
     let mut vars = service_env(&env);
     vars.push(("HOOKSTREAM_RELAY__MAX_RECORD_BYTES".into(), "2000".into()));
     let relay = ServiceProcess::spawn(Path::new(RELAY), &vars, &env.log_path("relay")).unwrap();
-    assert!(eventually(Duration::from_secs(30), || async { env.outbox_len().await.unwrap() == 0 }).await);
+    assert!(
+        eventually(Duration::from_secs(30), || async {
+            env.outbox_len().await.unwrap() == 0
+        })
+        .await
+    );
     let quarantined = hookstream_store::outbox::quarantined(&env.pool).await.unwrap();
     assert_eq!(quarantined.len(), 1);
     assert_eq!(quarantined[0].event_id, ids[0]);
-    assert!(quarantined[0].reason.contains("exceeds the 2000-byte limit"), "{}", quarantined[0].reason);
+    assert!(
+        quarantined[0].reason.contains("exceeds the 2000-byte limit"),
+        "{}",
+        quarantined[0].reason
+    );
     let shipped: Vec<String> = env
         .read_all(&env.kafka.topics.events)
         .unwrap()
