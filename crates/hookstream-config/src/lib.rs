@@ -12,7 +12,7 @@
 use std::path::Path;
 
 use figment::providers::{Env, Format, Serialized, Toml};
-use figment::Figment;
+use figment::{Figment, Provider};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
@@ -29,12 +29,32 @@ impl ConfigError {
     }
 }
 
+/// Every top-level section any Hookstream service reads. One environment (a shared
+/// ConfigMap, say) may configure several services: a service ignores the variables of
+/// sections that belong to the others, and still rejects sections nobody knows (typos).
+pub const SECTIONS: &[&str] = &[
+    "database",
+    "kafka",
+    "telemetry",
+    "relay",
+    "delivery",
+    "dispatcher",
+    "retry",
+];
+
 /// Loads a configuration: defaults, then `file` (if given), then the environment.
 pub fn load<T>(file: Option<&Path>) -> Result<T, ConfigError>
 where
     T: DeserializeOwned + Serialize + Default,
 {
-    let mut figment = Figment::from(Serialized::defaults(T::default()));
+    let defaults = Figment::from(Serialized::defaults(T::default()));
+    let own: Vec<String> = defaults
+        .data()
+        .ok()
+        .and_then(|d| d.into_values().next())
+        .map(|dict| dict.into_keys().collect())
+        .unwrap_or_default();
+    let mut figment = defaults;
     if let Some(path) = file {
         if !path.exists() {
             return Err(ConfigError(format!(
@@ -44,13 +64,19 @@ where
         }
         figment = figment.merge(Toml::file(path));
     }
-    figment = figment.merge(env_provider());
+    figment = figment.merge(env_provider(own));
     figment.extract().map_err(|e| ConfigError(e.to_string()))
 }
 
-fn env_provider() -> Env {
+fn env_provider(own: Vec<String>) -> Env {
     Env::prefixed(ENV_PREFIX)
-        .filter(|key| key.as_str().contains("__"))
+        .filter(move |key| {
+            let Some((section, _)) = key.as_str().split_once("__") else {
+                return false; // not configuration (e.g. HOOKSTREAM_STATE_DIR)
+            };
+            let section = section.to_ascii_lowercase();
+            own.contains(&section) || !SECTIONS.contains(&section.as_str())
+        })
         .split("__")
 }
 
@@ -138,8 +164,106 @@ impl Default for TelemetryConfig {
     }
 }
 
+/// The retry schedule and its delay-tier topics (one topic per distinct delay).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct RetryConfig {
+    /// Hand retryable failures to the delay tiers (false: dead-letter them at once).
+    pub enabled: bool,
+    /// Delay before attempt 2, 3, … in milliseconds; after the last, the DLQ.
+    pub schedule_ms: Vec<u64>,
+    /// Each delay is multiplied by a random factor in [1 − jitter, 1 + jitter].
+    pub jitter: f64,
+    /// Timeouts and HTTP 429 wait at least this long.
+    pub min_throttled_delay_ms: u64,
+    /// A receiver's `Retry-After` is honoured up to this long.
+    pub max_retry_after_ms: u64,
+    /// Tier topics are `<prefix><delay>`, e.g. `hookstream.retry.5m`.
+    pub topic_prefix: String,
+    /// Consumer group of the dispatchers' retry role.
+    pub group_id: String,
+    /// Partitions of each tier topic when the dispatcher creates it.
+    pub partitions: i32,
+}
+
+impl Default for RetryConfig {
+    fn default() -> Self {
+        const S: u64 = 1000;
+        Self {
+            enabled: true,
+            schedule_ms: vec![
+                5 * S,
+                300 * S,
+                1800 * S,
+                7200 * S,
+                18000 * S,
+                36000 * S,
+                36000 * S,
+            ],
+            jitter: 0.2,
+            min_throttled_delay_ms: 60 * S,
+            max_retry_after_ms: 86_400 * S,
+            topic_prefix: "hookstream.retry.".into(),
+            group_id: "hookstream-dispatcher-retry".into(),
+            partitions: 6,
+        }
+    }
+}
+
+impl RetryConfig {
+    /// The tiers: distinct delays, shortest first, with their topic names.
+    pub fn tiers(&self) -> Vec<(u64, String)> {
+        let mut delays = self.schedule_ms.clone();
+        delays.sort_unstable();
+        delays.dedup();
+        delays
+            .into_iter()
+            .map(|d| (d, format!("{}{}", self.topic_prefix, human_delay(d))))
+            .collect()
+    }
+
+    /// The tier for a message due `delay_ms` from now: the shortest tier at least that long
+    /// (so the head of a tier is always the earliest due), else the longest.
+    pub fn tier_for(&self, delay_ms: u64) -> String {
+        let tiers = self.tiers();
+        tiers
+            .iter()
+            .find(|(d, _)| *d >= delay_ms)
+            .or(tiers.last())
+            .map(|(_, t)| t.clone())
+            .unwrap_or_else(|| format!("{}0s", self.topic_prefix))
+    }
+}
+
+/// `5000` → `5s`, `300000` → `5m`, `7200000` → `2h`, `1500` → `1500ms`.
+fn human_delay(ms: u64) -> String {
+    match ms {
+        0 => "0s".into(),
+        ms if ms % 3_600_000 == 0 => format!("{}h", ms / 3_600_000),
+        ms if ms % 60_000 == 0 => format!("{}m", ms / 60_000),
+        ms if ms % 1_000 == 0 => format!("{}s", ms / 1_000),
+        ms => format!("{ms}ms"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn retry_tiers_are_distinct_delays_with_readable_names() {
+        let r = RetryConfig::default();
+        let names: Vec<String> = r.tiers().into_iter().map(|(_, t)| t).collect();
+        assert_eq!(
+            names,
+            ["5s", "5m", "30m", "2h", "5h", "10h"]
+                .map(|d| format!("hookstream.retry.{d}"))
+                .to_vec()
+        );
+        assert_eq!(r.tier_for(4_000), "hookstream.retry.5s");
+        assert_eq!(r.tier_for(61_000), "hookstream.retry.5m");
+        assert_eq!(r.tier_for(100 * 3_600_000), "hookstream.retry.10h");
+        assert_eq!(human_delay(1_500), "1500ms");
+    }
+
     use super::*;
 
     #[derive(Debug, Default, Serialize, Deserialize, PartialEq)]
@@ -165,6 +289,13 @@ mod tests {
             assert_eq!(cfg.kafka.topics.dlq, "hookstream.dlq");
             assert_eq!(cfg.kafka.brokers, "k:1");
 
+            // Another service's section is not an error; an unknown section or key is.
+            jail.set_env("HOOKSTREAM_RELAY__BATCH_SIZE", "5");
+            let _: Cfg = load(Some(Path::new("c.toml"))).unwrap();
+            jail.set_env("HOOKSTREAM_RELAYY__BATCH_SIZE", "5");
+            assert!(load::<Cfg>(Some(Path::new("c.toml"))).is_err(), "unknown section");
+            jail.set_env("HOOKSTREAM_RELAYY__BATCH_SIZE", "");
+            std::env::remove_var("HOOKSTREAM_RELAYY__BATCH_SIZE");
             jail.set_env("HOOKSTREAM_DATABASE__URLL", "typo");
             let err = load::<Cfg>(Some(Path::new("c.toml"))).unwrap_err();
             assert!(err.to_string().contains("urll"), "{err}");

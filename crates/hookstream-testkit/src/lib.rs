@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use hookstream_config::{DatabaseConfig, KafkaConfig, TopicsConfig};
+use hookstream_config::{DatabaseConfig, KafkaConfig, RetryConfig, TopicsConfig};
 use hookstream_kafka::rdkafka::consumer::{BaseConsumer, Consumer};
 use hookstream_kafka::rdkafka::{Message as _, Offset, TopicPartitionList};
 use hookstream_store::outbox::NewEvent;
@@ -31,6 +31,9 @@ pub struct TestEnv {
     pub kafka: KafkaConfig,
     pub pool: PgPool,
     pub partitions: i32,
+    /// Retry tiers with this test's own topic prefix and group (default schedule; tests that
+    /// exercise retries compress it).
+    pub retry: RetryConfig,
 }
 
 fn base_database_url() -> String {
@@ -87,12 +90,19 @@ impl TestEnv {
         )
         .await
         .context("creating test topics (is Kafka running?)")?;
+        let retry = RetryConfig {
+            topic_prefix: format!("test.{id}.retry."),
+            group_id: format!("test.{id}.retry"),
+            partitions,
+            ..Default::default()
+        };
         Ok(Self {
             name,
             database,
             kafka,
             pool,
             partitions,
+            retry,
         })
     }
 

@@ -77,6 +77,8 @@ pub fn service_env(env: &crate::TestEnv) -> Vec<(String, String)> {
         ("HOOKSTREAM_KAFKA__TOPICS__ATTEMPTS", t.attempts.as_str()),
         ("HOOKSTREAM_KAFKA__GROUP_ID", env.kafka.group_id.as_str()),
         ("HOOKSTREAM_TELEMETRY__LISTEN", "127.0.0.1:0"),
+        ("HOOKSTREAM_RETRY__TOPIC_PREFIX", env.retry.topic_prefix.as_str()),
+        ("HOOKSTREAM_RETRY__GROUP_ID", env.retry.group_id.as_str()),
     ]
     .iter()
     .map(|(k, v)| (k.to_string(), v.to_string()))

@@ -22,6 +22,10 @@ pub enum Behaviour {
     Delay(u64),
     /// 302 to this location (which must not be followed).
     Redirect(&'static str),
+    /// The first `n` requests get `status`, later ones 204.
+    FailTimes(usize, u16),
+    /// The first request gets 503 with `Retry-After: secs`, later ones 204.
+    RetryAfter(u64),
 }
 
 /// One delivery as the receiver saw it.
@@ -31,6 +35,8 @@ pub struct Received {
     pub timestamp: String,
     pub signature: String,
     pub event_type: String,
+    /// The `hookstream-attempt` header.
+    pub attempt: u32,
     pub body: Bytes,
     /// Whether `standardwebhooks` accepted the signature with the endpoint's secret.
     pub verified: bool,
@@ -126,6 +132,7 @@ async fn handle(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Bytes
         timestamp: get("webhook-timestamp"),
         signature: get("webhook-signature"),
         event_type: get("hookstream-event-type"),
+        attempt: get("hookstream-attempt").parse().unwrap_or(0),
         body,
         verified,
         at: Instant::now(),
@@ -134,8 +141,19 @@ async fn handle(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Bytes
             .map(|d| d.as_secs_f64() * 1000.0)
             .unwrap_or(0.0),
     });
+    let nth = inner.received.lock().unwrap().len(); // this request's 1-based position
     match inner.behaviour {
         Behaviour::Ok => StatusCode::NO_CONTENT.into_response(),
+        Behaviour::FailTimes(n, status) if nth <= n => StatusCode::from_u16(status)
+            .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+            .into_response(),
+        Behaviour::FailTimes(..) => StatusCode::NO_CONTENT.into_response(),
+        Behaviour::RetryAfter(secs) if nth == 1 => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            [("retry-after", secs.to_string())],
+        )
+            .into_response(),
+        Behaviour::RetryAfter(_) => StatusCode::NO_CONTENT.into_response(),
         Behaviour::Status(s) => StatusCode::from_u16(s)
             .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
             .into_response(),

@@ -55,6 +55,12 @@ fn start_dispatcher(env: &TestEnv) -> Service {
     let mut cfg = dispatcher::Config {
         database: env.database.clone(),
         kafka: env.kafka.clone(),
+        // A compressed schedule: two retries, 200 ms and 400 ms.
+        retry: hookstream_config::RetryConfig {
+            schedule_ms: vec![200, 400],
+            jitter: 0.0,
+            ..env.retry.clone()
+        },
         ..Default::default()
     };
     // Receivers run on loopback: allow-list it explicitly, as the local stack does.
@@ -349,10 +355,14 @@ async fn failed_deliveries_and_poison_records_are_dead_lettered_with_a_reason() 
     let http5 = by_class["http_5xx"];
     assert_eq!(http5.endpoint_id, broken_ep.to_string());
     assert_eq!(http5.last_status, 500);
+    assert_eq!(http5.attempts, 3, "first attempt and two retries");
+    assert_eq!(http5.reason, "gave up after 3 attempts: HTTP 500");
+    assert_eq!(broken.count(), 3);
     assert_eq!(http5.event.as_ref().unwrap().event_id, ids[0].to_string());
     let http4 = by_class["http_4xx"];
     assert_eq!(http4.endpoint_id, rejecting_ep.to_string());
     assert_eq!(http4.last_status, 404);
+    assert_eq!(http4.attempts, 1, "a permanent failure is not retried");
     assert!(
         http4.reason.contains("permanent failure: HTTP 404"),
         "{}",

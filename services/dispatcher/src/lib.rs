@@ -11,6 +11,7 @@
 #![forbid(unsafe_code)]
 
 mod metrics;
+pub mod retry;
 pub mod subscriptions;
 
 use std::collections::HashMap;
@@ -18,7 +19,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use hookstream_config::{DatabaseConfig, KafkaConfig, TelemetryConfig};
+use hookstream_config::{DatabaseConfig, KafkaConfig, RetryConfig, TelemetryConfig};
 use hookstream_delivery::{DeliveryConfig, Engine, ErrorClass, Message, Outcome, Target, Verdict};
 use hookstream_kafka::rdkafka::consumer::{
     BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer,
@@ -50,6 +51,7 @@ pub struct Config {
     pub telemetry: TelemetryConfig,
     pub delivery: DeliveryConfig,
     pub dispatcher: DispatcherSettings,
+    pub retry: RetryConfig,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -82,6 +84,8 @@ pub enum DispatchError {
     Kafka(#[from] KafkaError),
     #[error(transparent)]
     Engine(#[from] hookstream_delivery::EngineError),
+    #[error("retry topics: {0}")]
+    Topics(String),
 }
 
 /// Clears a partition's tracking state when it is revoked, before anyone else owns it.
@@ -111,13 +115,14 @@ impl ConsumerContext for RebalanceContext {
 }
 
 /// What every event task shares.
-struct Shared {
+pub(crate) struct Shared {
     engine: Engine,
     subs: Arc<Subscriptions>,
     producer: FutureProducer,
     pool: hookstream_store::sqlx::PgPool,
     dlq_topic: String,
     attempts_topic: String,
+    retry: RetryConfig,
     metrics: DispatcherMetrics,
     shutdown: CancellationToken,
     /// Per-endpoint caps on concurrent requests.
@@ -159,6 +164,7 @@ pub async fn run(
         pool,
         dlq_topic: cfg.kafka.topics.dlq.clone(),
         attempts_topic: cfg.kafka.topics.attempts.clone(),
+        retry: cfg.retry.clone(),
         metrics: metrics.clone(),
         shutdown: shutdown.clone(),
         endpoint_slots: Mutex::new(HashMap::new()),
@@ -171,6 +177,15 @@ pub async fn run(
         cfg.kafka.group_id.clone(),
         shutdown.clone(),
     ));
+    let retry_role = cfg.retry.enabled.then(|| {
+        tokio::spawn(retry::run_role(
+            shared.clone(),
+            cfg.kafka.clone(),
+            cfg.dispatcher.max_in_flight_events,
+            Duration::from_millis(cfg.dispatcher.shutdown_grace_ms),
+            shutdown.clone(),
+        ))
+    });
     let slots = Arc::new(Semaphore::new(cfg.dispatcher.max_in_flight_events.max(1)));
     let (done_tx, mut done_rx) = mpsc::unbounded_channel::<Ticket>();
     let tasks = TaskTracker::new();
@@ -233,6 +248,13 @@ pub async fn run(
         tracing::debug!(error = %e, "final commit");
     }
     consumer.unsubscribe();
+    if let Some(role) = retry_role {
+        match role.await {
+            Ok(Err(e)) => tracing::error!(error = %e, "retry role stopped with an error"),
+            Err(e) => tracing::error!(error = %e, "retry role panicked"),
+            Ok(Ok(())) => {}
+        }
+    }
     watcher.abort();
     lag.abort();
     tracing::info!("dispatcher stopped");
@@ -241,6 +263,14 @@ pub async fn run(
 
 /// Marks a message done and stores the partition's new committable offset, if it advanced.
 fn complete(consumer: &StreamConsumer<RebalanceContext>, tracker: &Mutex<OffsetTracker>, ticket: &Ticket) {
+    store_completed(consumer, tracker, ticket);
+}
+
+pub(crate) fn store_completed<C: ConsumerContext + 'static>(
+    consumer: &StreamConsumer<C>,
+    tracker: &Mutex<OffsetTracker>,
+    ticket: &Ticket,
+) {
     let Some(offset) = tracker.lock().expect("tracker lock").complete(ticket) else {
         return;
     };
@@ -321,18 +351,25 @@ async fn process_inner(shared: &Shared, payload: Bytes, origin: SourcePosition) 
         Route::Endpoints(eps) => eps,
     };
     shared.metrics.events.with_label_values(&["routed"]).inc();
-    let deliveries = endpoints.iter().map(|ep| deliver_to(shared, &event, ep, &origin));
+    let deliveries = endpoints
+        .iter()
+        .map(|ep| attempt(shared, &event, ep, 1, 0, &origin));
     futures::future::join_all(deliveries)
         .await
         .into_iter()
         .all(|finished| finished)
 }
 
-/// One event to one endpoint. Failures become dead letters (retry tiers take this place next).
-async fn deliver_to(
+/// One event to one endpoint, attempt number `attempt` (1 on the main path). A retryable
+/// failure is handed to the retry tiers (or, when the schedule is exhausted or retries are
+/// off, dead-lettered); a permanent one is dead-lettered. True once the delivery is done or
+/// durably handed on.
+pub(crate) async fn attempt(
     shared: &Shared,
     event: &EventEnvelope,
     ep: &ActiveEndpoint,
+    attempt: u32,
+    first_attempt_at_ms: i64,
     origin: &SourcePosition,
 ) -> bool {
     let cap = {
@@ -355,44 +392,67 @@ async fn deliver_to(
         id: &event.event_id,
         event_type: &event.event_type,
         body: &event.payload,
-        attempt: 1,
+        attempt,
     };
     let outcome = shared.engine.deliver(target, msg).await;
     record(shared, &outcome);
-    log_attempt(shared, event, ep, 1, started_ms, &outcome);
-    match outcome.verdict {
-        Verdict::Delivered => true,
-        verdict => {
-            if verdict == Verdict::Gone {
-                disable_gone(shared, ep).await;
+    log_attempt(shared, event, ep, attempt, started_ms, &outcome);
+    let first_attempt_at_ms = if attempt == 1 {
+        started_ms
+    } else {
+        first_attempt_at_ms
+    };
+    let reason = match outcome.verdict {
+        Verdict::Delivered => return true,
+        Verdict::Retryable if shared.retry.enabled => {
+            match retry::schedule(
+                shared,
+                event,
+                ep.endpoint.id,
+                attempt,
+                first_attempt_at_ms,
+                origin,
+                &outcome,
+            )
+            .await
+            {
+                Some(handed_on) => return handed_on,
+                None => format!(
+                    "gave up after {attempt} attempts: {}",
+                    outcome.error.as_deref().unwrap_or("failed")
+                ),
             }
-            let reason = describe(&outcome);
-            tracing::info!(event_id = %event.event_id, endpoint_id = %ep.endpoint.id,
-                class = outcome.class.as_str(), reason = %reason, "delivery failed, dead-lettering");
-            let letter = DeadLetter {
-                event: Some(event.clone()),
-                endpoint_id: ep.endpoint.id.to_string(),
-                tenant_id: event.tenant_id.clone(),
-                reason,
-                error_class: outcome.class.as_str().into(),
-                last_status: outcome.status.map(i32::from).unwrap_or(0),
-                attempts: 1,
-                first_attempt_at_ms: started_ms,
-                dead_at_ms: now_ms(),
-                origin: Some(origin.clone()),
-                raw: Bytes::new(),
-                last_response: outcome.response.clone(),
-            };
-            dead_letter(shared, letter, &ep.endpoint.id.to_string()).await
         }
-    }
+        Verdict::Gone => {
+            disable_gone(shared, ep).await;
+            describe(&outcome)
+        }
+        _ => describe(&outcome),
+    };
+    tracing::info!(event_id = %event.event_id, endpoint_id = %ep.endpoint.id,
+        class = outcome.class.as_str(), reason = %reason, "delivery failed, dead-lettering");
+    let letter = DeadLetter {
+        event: Some(event.clone()),
+        endpoint_id: ep.endpoint.id.to_string(),
+        tenant_id: event.tenant_id.clone(),
+        reason,
+        error_class: outcome.class.as_str().into(),
+        last_status: outcome.status.map(i32::from).unwrap_or(0),
+        attempts: attempt,
+        first_attempt_at_ms,
+        dead_at_ms: now_ms(),
+        origin: Some(origin.clone()),
+        raw: Bytes::new(),
+        last_response: outcome.response.clone(),
+    };
+    dead_letter(shared, letter, &ep.endpoint.id.to_string()).await
 }
 
 fn describe(outcome: &Outcome) -> String {
     let what = match outcome.verdict {
         Verdict::Gone => "endpoint gone (HTTP 410), endpoint disabled",
         Verdict::Permanent => "permanent failure",
-        Verdict::Retryable => "failed (retries not configured)",
+        Verdict::Retryable => "failed (retries are disabled)",
         Verdict::Delivered => "delivered",
     };
     match &outcome.error {
@@ -539,7 +599,7 @@ async fn disable_gone(shared: &Shared, ep: &ActiveEndpoint) {
 
 /// Produces a dead letter and waits for Kafka's acknowledgement, retrying until it is
 /// acknowledged or the dispatcher shuts down (then returns false: the offset stays unstored).
-async fn dead_letter(shared: &Shared, letter: DeadLetter, key: &str) -> bool {
+pub(crate) async fn dead_letter(shared: &Shared, letter: DeadLetter, key: &str) -> bool {
     let class = if letter.error_class.is_empty() {
         ErrorClass::Other.as_str().to_string()
     } else {
@@ -575,6 +635,6 @@ async fn pause(shared: &Shared, d: Duration) -> bool {
     }
 }
 
-fn now_ms() -> i64 {
+pub(crate) fn now_ms() -> i64 {
     chrono::Utc::now().timestamp_millis()
 }

@@ -2,8 +2,8 @@
 //! fixed sets (outcome, error class), never from URLs or tenant ids.
 
 use hookstream_telemetry::prometheus::{
-    exponential_buckets, GaugeVec, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
-    IntGaugeVec, Opts, Registry,
+    exponential_buckets, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec,
+    IntGauge, IntGaugeVec, Opts, Registry,
 };
 
 #[derive(Clone)]
@@ -28,6 +28,12 @@ pub struct DispatcherMetrics {
     pub uncommitted: IntGaugeVec,
     /// Attempt records Kafka did not acknowledge (the attempt log misses them).
     pub attempt_records_dropped: IntCounter,
+    /// Deliveries handed to a retry tier, by tier (`5s`, `5m`, …).
+    pub retry_produced: IntCounterVec,
+    /// Retry records consumed, by tier.
+    pub retry_consumed: IntCounterVec,
+    /// How late after its due time a retry was attempted (never negative: never early).
+    pub retry_lateness: Histogram,
 }
 
 impl DispatcherMetrics {
@@ -105,7 +111,31 @@ impl DispatcherMetrics {
                 "Attempt records Kafka did not acknowledge",
             )
             .unwrap(),
+            retry_produced: IntCounterVec::new(
+                Opts::new(
+                    "hookstream_retry_produced_total",
+                    "Deliveries handed to a retry tier",
+                ),
+                &["tier"],
+            )
+            .unwrap(),
+            retry_consumed: IntCounterVec::new(
+                Opts::new("hookstream_retry_consumed_total", "Retry records consumed"),
+                &["tier"],
+            )
+            .unwrap(),
+            retry_lateness: Histogram::with_opts(
+                HistogramOpts::new(
+                    "hookstream_retry_lateness_seconds",
+                    "Retry attempt time minus due time",
+                )
+                .buckets(exponential_buckets(0.01, 2.0, 14).unwrap()),
+            )
+            .unwrap(),
         };
+        let _ = registry.register(Box::new(m.retry_produced.clone()));
+        let _ = registry.register(Box::new(m.retry_consumed.clone()));
+        let _ = registry.register(Box::new(m.retry_lateness.clone()));
         let _ = registry.register(Box::new(m.lag_messages.clone()));
         let _ = registry.register(Box::new(m.lag_seconds.clone()));
         let _ = registry.register(Box::new(m.uncommitted.clone()));

@@ -95,6 +95,22 @@ impl Subscriptions {
         Ok(Route::Endpoints(endpoints))
     }
 
+    /// An enabled endpoint by id (the retry path), refreshing once if it is not known yet.
+    pub async fn endpoint(&self, id: Uuid) -> Option<Arc<ActiveEndpoint>> {
+        let find = |snap: &Snapshot| {
+            snap.by_tenant
+                .values()
+                .flatten()
+                .find(|e| e.endpoint.id == id)
+                .cloned()
+        };
+        if let Some(ep) = find(&*self.snapshot.read().await) {
+            return Some(ep);
+        }
+        let _ = self.refresh_if_older_than(Duration::from_millis(200)).await;
+        find(&*self.snapshot.read().await)
+    }
+
     /// Keeps the snapshot fresh until `shutdown`.
     pub async fn watch(self: Arc<Self>, every: Duration, shutdown: CancellationToken) {
         let mut listener: Option<PgListener> = None;

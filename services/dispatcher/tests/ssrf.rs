@@ -18,6 +18,7 @@ fn start(env: &TestEnv, allow_loopback: bool) -> CancellationToken {
     let mut cfg = dispatcher::Config {
         database: env.database.clone(),
         kafka: env.kafka.clone(),
+        retry: env.retry.clone(),
         ..Default::default()
     };
     if allow_loopback {

@@ -12,7 +12,7 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context as _};
 use clap::{Args, Parser, Subcommand};
-use hookstream_config::{DatabaseConfig, KafkaConfig};
+use hookstream_config::{DatabaseConfig, KafkaConfig, RetryConfig};
 use hookstream_store::outbox::NewEvent;
 use hookstream_store::sqlx::PgPool;
 use hookstream_store::{endpoints, outbox, tenants, StoreError};
@@ -175,6 +175,7 @@ enum OutboxCmd {
 struct CliConfig {
     database: DatabaseConfig,
     kafka: KafkaConfig,
+    retry: RetryConfig,
 }
 
 #[tokio::main]
@@ -219,15 +220,18 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             replication,
         }) => {
             let t = &cfg.kafka.topics;
-            let topics = [
+            let tiers = cfg.retry.tiers();
+            let mut topics = vec![
                 (t.events.as_str(), partitions),
                 (t.dlq.as_str(), partitions),
                 (t.attempts.as_str(), partitions),
             ];
+            topics.extend(tiers.iter().map(|(_, name)| (name.as_str(), partitions)));
             hookstream_kafka::ensure_topics(&cfg.kafka, &topics, replication)
                 .await
                 .with_context(|| format!("creating topics on {}", cfg.kafka.brokers))?;
-            println!("topics ready: {}, {}, {}", t.events, t.dlq, t.attempts);
+            let names: Vec<&str> = topics.iter().map(|(n, _)| *n).collect();
+            println!("topics ready: {}", names.join(", "));
             Ok(())
         }
         command => {
