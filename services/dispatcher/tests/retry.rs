@@ -149,3 +149,142 @@ async fn always_failing_is_dead_lettered_after_the_last_tier_with_the_reason() {
     assert_eq!(receiver.count(), 4);
     token.cancel();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_while_holding_due_messages_loses_none_and_retries_none_early() {
+    use hookstream_testkit::process::{service_env, ServiceProcess};
+    let env = TestEnv::new(3).await.unwrap();
+    let tenant = env.tenant("t").await.unwrap();
+    // Every event's first attempt fails; the retries succeed.
+    let receiver = Receiver::start(Behaviour::FailTimes(50, 503)).await;
+    env.endpoint(tenant, &receiver, &[]).await.unwrap();
+    let mut vars = service_env(&env);
+    vars.push((
+        "HOOKSTREAM_DELIVERY__ALLOW_CIDRS".into(),
+        "[\"127.0.0.0/8\"]".into(),
+    ));
+    vars.push(("HOOKSTREAM_RETRY__SCHEDULE_MS".into(), "[4000]".into()));
+    vars.push(("HOOKSTREAM_RETRY__JITTER".into(), "0.0".into()));
+    let spawn = |name: &str| {
+        ServiceProcess::spawn(
+            std::path::Path::new(env!("CARGO_BIN_EXE_dispatcher")),
+            &vars,
+            &env.log_path(name),
+        )
+        .unwrap()
+    };
+    let relay_cfg = outbox_relay::Config {
+        database: env.database.clone(),
+        kafka: env.kafka.clone(),
+        ..Default::default()
+    };
+    let relay = CancellationToken::new();
+    let t = relay.clone();
+    tokio::spawn(async move {
+        outbox_relay::run(relay_cfg, &prometheus::Registry::new(), Default::default(), t)
+            .await
+            .expect("relay runs");
+    });
+
+    let first = spawn("dispatcher-1");
+    let events: Vec<NewEvent> = (0..50)
+        .map(|i| NewEvent::new(tenant, "order.created", json!({ "i": i })).aggregate("order", i.to_string()))
+        .collect();
+    let ids = env.publish(&events).await.unwrap();
+    assert!(
+        eventually(Duration::from_secs(30), || async { receiver.count() >= 50 }).await,
+        "50 first attempts failed"
+    );
+    // The 50 retries now sit in the 4 s tier, held by the retry role: kill it.
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    first.kill9().await;
+    let second = spawn("dispatcher-2");
+
+    let want: std::collections::HashSet<String> = ids.iter().map(|i| i.to_string()).collect();
+    assert!(
+        eventually(Duration::from_secs(60), || async {
+            receiver
+                .received()
+                .iter()
+                .filter(|r| r.attempt >= 2)
+                .map(|r| r.webhook_id.clone())
+                .collect::<std::collections::HashSet<_>>()
+                == want
+        })
+        .await,
+        "every held retry was delivered after the restart"
+    );
+    let got = receiver.received();
+    for id in &want {
+        let first_try = got
+            .iter()
+            .find(|r| &r.webhook_id == id && r.attempt == 1)
+            .expect("first attempt")
+            .at;
+        for retry in got.iter().filter(|r| &r.webhook_id == id && r.attempt >= 2) {
+            let gap = (retry.at - first_try).as_secs_f64();
+            assert!(
+                gap >= 4.0,
+                "event {id}: retried {gap:.2} s after its first attempt, before the 4 s due time"
+            );
+        }
+    }
+    assert!(
+        env.read_topic(&env.kafka.topics.dlq, 1, Duration::from_secs(2))
+            .unwrap()
+            .is_empty(),
+        "nothing dead-lettered"
+    );
+    assert_eq!(second.terminate().await, Some(0));
+    relay.cancel();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn poison_bytes_in_a_tier_topic_are_dead_lettered_and_the_partition_moves_on() {
+    let env = TestEnv::new(1).await.unwrap();
+    let tenant = env.tenant("t").await.unwrap();
+    let receiver = Receiver::start(Behaviour::FailTimes(1, 500)).await;
+    env.endpoint(tenant, &receiver, &[]).await.unwrap();
+    let token = start(&env, vec![1_000]);
+    // Wait for the retry role to create its tiers, then write garbage into the only tier.
+    let retry = RetryConfig {
+        schedule_ms: vec![1_000],
+        ..env.retry.clone()
+    };
+    let tier = retry.tiers()[0].1.clone();
+    hookstream_kafka::ensure_topics(&env.kafka, &[(tier.as_str(), 1)], 1)
+        .await
+        .unwrap();
+    let producer: hookstream_kafka::rdkafka::producer::FutureProducer =
+        hookstream_kafka::producer_config(&env.kafka, Duration::from_secs(10))
+            .create()
+            .unwrap();
+    producer
+        .send(
+            hookstream_kafka::rdkafka::producer::FutureRecord::<(), _>::to(&tier).payload(b"\x00\x01garbage"),
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap();
+    // A real retry behind the poison still gets through.
+    let ids = env
+        .publish(&[NewEvent::new(tenant, "order.created", json!({ "n": 1 }))])
+        .await
+        .unwrap();
+    assert!(
+        eventually(Duration::from_secs(30), || async { receiver.count() >= 2 }).await,
+        "the retry behind it"
+    );
+    assert_eq!(receiver.received()[1].webhook_id, ids[0].to_string());
+    let letters: Vec<DeadLetter> = env
+        .read_topic(&env.kafka.topics.dlq, 1, Duration::from_secs(10))
+        .unwrap()
+        .iter()
+        .map(|r| DeadLetter::decode(r.payload.as_slice()).unwrap())
+        .collect();
+    assert_eq!(letters.len(), 1);
+    assert_eq!(letters[0].error_class, "decode");
+    assert_eq!(&letters[0].raw[..], b"\x00\x01garbage");
+    assert_eq!(letters[0].origin.as_ref().unwrap().topic, tier);
+    token.cancel();
+}
