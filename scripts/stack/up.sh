@@ -3,7 +3,7 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-BIN="$REPO_ROOT/target/debug"
+BIN="${CARGO_TARGET_DIR:-$REPO_ROOT/target}/debug"
 HS="$BIN/hookstream"
 DEMO_PORT="${HOOKSTREAM_DEMO_PORT:-9000}"
 started_at=$(date +%s)
