@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use hookstream_store::endpoints::{self, NewEndpoint};
 use hookstream_store::sqlx;
-use hookstream_testkit::process::{service_env, ServiceProcess};
+use hookstream_testkit::process::{dispatcher_env, service_env, ServiceProcess};
 use hookstream_testkit::{Behaviour, Receiver, TestEnv};
 use serde_json::json;
 
@@ -33,12 +33,8 @@ pub async fn run(args: &RunArgs) -> anyhow::Result<serde_json::Value> {
     }))
 }
 
-fn dispatcher_env(env: &TestEnv) -> Vec<(String, String)> {
-    let mut vars = service_env(env);
-    vars.push((
-        "HOOKSTREAM_DELIVERY__ALLOW_CIDRS".into(),
-        "[\"127.0.0.0/8\"]".into(),
-    ));
+fn bench_dispatcher_env(env: &TestEnv) -> Vec<(String, String)> {
+    let mut vars = dispatcher_env(env);
     vars.push((
         "HOOKSTREAM_DISPATCHER__MAX_IN_FLIGHT_EVENTS".into(),
         "2000".into(),
@@ -89,7 +85,7 @@ fn start_services(env: &TestEnv, out: &Path, tag: &str) -> anyhow::Result<(Servi
     )?;
     let dispatcher = ServiceProcess::spawn(
         &release_bin("dispatcher"),
-        &dispatcher_env(env),
+        &bench_dispatcher_env(env),
         &out.join(format!("dispatcher-{tag}.log")),
     )?;
     Ok((relay, dispatcher))

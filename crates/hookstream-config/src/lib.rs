@@ -68,6 +68,18 @@ where
     figment.extract().map_err(|e| ConfigError(e.to_string()))
 }
 
+/// `load` for a service's `main`: on a bad configuration, prints `<program>: <error>` and
+/// exits with code 2 before anything is bound or connected.
+pub fn load_or_exit<T>(program: &str, file: Option<&Path>) -> T
+where
+    T: DeserializeOwned + Serialize + Default,
+{
+    load(file).unwrap_or_else(|e| {
+        eprintln!("{program}: {e}");
+        std::process::exit(2);
+    })
+}
+
 fn env_provider(own: Vec<String>) -> Env {
     Env::prefixed(ENV_PREFIX)
         .filter(move |key| {

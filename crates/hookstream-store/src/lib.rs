@@ -9,6 +9,7 @@ pub mod endpoints;
 pub mod filter;
 pub mod outbox;
 pub mod tenants;
+pub mod wakeup;
 
 use std::time::Duration;
 

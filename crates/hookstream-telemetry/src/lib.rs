@@ -128,6 +128,48 @@ async fn wait_for_signal() {
     }
 }
 
+/// What every service's `main` does around its `run`: logging, a registry, the signal
+/// handler, the admin listener (`/metrics`, `/healthz`, `/readyz`); then `run` until the
+/// shutdown token is cancelled, and a clean stop of the listener.
+pub async fn run_service<F, Fut, E>(
+    name: &'static str,
+    cfg: &TelemetryConfig,
+    run: F,
+) -> Result<(), Box<dyn std::error::Error + Send + Sync>>
+where
+    F: FnOnce(Registry, Health, CancellationToken) -> Fut,
+    Fut: std::future::Future<Output = Result<(), E>>,
+    E: std::error::Error + Send + Sync + 'static,
+{
+    init_logging(cfg);
+    let registry = Registry::new();
+    let health = Health::default();
+    let shutdown = shutdown_on_signal();
+    let listener = bind_admin(cfg)
+        .await
+        .map_err(|e| format!("cannot listen on {}: {e}", cfg.listen))?;
+    tracing::info!(admin = %local_addr(&listener), "{name} starting");
+    let admin = tokio::spawn(serve_admin(
+        listener,
+        registry.clone(),
+        health.clone(),
+        shutdown.clone(),
+    ));
+    let result = run(registry, health, shutdown.clone()).await;
+    shutdown.cancel();
+    let _ = admin.await;
+    match result {
+        Ok(()) => {
+            tracing::info!("{name} stopped");
+            Ok(())
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "{name} stopped with an error");
+            Err(Box::new(e))
+        }
+    }
+}
+
 /// The local address a listener was bound to, for logs and tests.
 pub fn local_addr(listener: &TcpListener) -> SocketAddr {
     listener.local_addr().expect("bound listener has an address")

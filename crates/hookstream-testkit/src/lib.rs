@@ -157,12 +157,15 @@ impl TestEnv {
             .await?)
     }
 
-    /// End offsets (high watermarks) of every partition of a topic.
+    /// End offsets (high watermarks) of every partition of a topic. Retries for a while:
+    /// a young broker answers "not leader" until partition metadata has settled.
     pub fn end_offsets(&self, topic: &str) -> anyhow::Result<Vec<i64>> {
         let consumer: BaseConsumer = hookstream_kafka::client_config(&self.kafka).create()?;
-        (0..self.partitions)
-            .map(|p| Ok(consumer.fetch_watermarks(topic, p, Duration::from_secs(10))?.1))
-            .collect()
+        retry_transient(|| {
+            (0..self.partitions)
+                .map(|p| Ok(consumer.fetch_watermarks(topic, p, Duration::from_secs(10))?.1))
+                .collect()
+        })
     }
 
     /// The offsets the dispatcher's group committed on a topic (-1 where none).
@@ -174,7 +177,8 @@ impl TestEnv {
         for p in 0..self.partitions {
             tpl.add_partition(topic, p);
         }
-        let committed = consumer.committed_offsets(tpl, Duration::from_secs(10))?;
+        let committed =
+            retry_transient(|| Ok(consumer.committed_offsets(tpl.clone(), Duration::from_secs(10))?))?;
         Ok(committed
             .elements()
             .iter()
@@ -227,6 +231,21 @@ impl TestEnv {
             }
         }
         Ok(out)
+    }
+}
+
+/// Runs a blocking Kafka query, retrying errors for up to 15 s.
+fn retry_transient<T>(mut query: impl FnMut() -> anyhow::Result<T>) -> anyhow::Result<T> {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        match query() {
+            Ok(v) => return Ok(v),
+            Err(e) if Instant::now() < deadline => {
+                let _ = e;
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            Err(e) => return Err(e),
+        }
     }
 }
 

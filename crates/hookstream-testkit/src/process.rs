@@ -84,3 +84,14 @@ pub fn service_env(env: &crate::TestEnv) -> Vec<(String, String)> {
     .map(|(k, v)| (k.to_string(), v.to_string()))
     .collect()
 }
+
+/// `service_env` plus what a dispatcher under test needs: loopback receivers allow-listed
+/// (the built-in policy refuses them).
+pub fn dispatcher_env(env: &crate::TestEnv) -> Vec<(String, String)> {
+    let mut vars = service_env(env);
+    vars.push((
+        "HOOKSTREAM_DELIVERY__ALLOW_CIDRS".into(),
+        "[\"127.0.0.0/8\"]".into(),
+    ));
+    vars
+}

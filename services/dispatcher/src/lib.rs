@@ -224,30 +224,14 @@ pub async fn run(
     // Drain: no new messages; let in-flight deliveries finish within the grace period, store
     // the offsets they complete, commit, leave the group.
     health.set_ready(false);
-    tasks.close();
-    let grace = tokio::time::sleep(Duration::from_millis(cfg.dispatcher.shutdown_grace_ms));
-    tokio::pin!(grace);
-    loop {
-        tokio::select! {
-            Some(ticket) = done_rx.recv() => complete(&consumer, &tracker, &ticket),
-            _ = tasks.wait() => {
-                while let Ok(ticket) = done_rx.try_recv() {
-                    complete(&consumer, &tracker, &ticket);
-                }
-                break;
-            }
-            _ = &mut grace => {
-                tracing::warn!(in_flight = tracker.lock().expect("tracker lock").total_depth(),
-                    "grace period over; unfinished events will be redelivered");
-                break;
-            }
-        }
-    }
-    if let Err(e) = consumer.commit_consumer_state(CommitMode::Sync) {
-        // Nothing stored since the last auto-commit is a normal case.
-        tracing::debug!(error = %e, "final commit");
-    }
-    consumer.unsubscribe();
+    drain(
+        &consumer,
+        &tracker,
+        &mut done_rx,
+        &tasks,
+        Duration::from_millis(cfg.dispatcher.shutdown_grace_ms),
+    )
+    .await;
     if let Some(role) = retry_role {
         match role.await {
             Ok(Err(e)) => tracing::error!(error = %e, "retry role stopped with an error"),
@@ -259,6 +243,42 @@ pub async fn run(
     lag.abort();
     tracing::info!("dispatcher stopped");
     Ok(())
+}
+
+/// The end of a consumer's life: no new messages; in-flight work finishes within `grace`
+/// and its offsets are stored; then a final commit, and the group is left. Work unfinished
+/// after `grace` stores nothing and is redelivered to the partitions' next owner.
+pub(crate) async fn drain<C: ConsumerContext + 'static>(
+    consumer: &StreamConsumer<C>,
+    tracker: &Mutex<OffsetTracker>,
+    done_rx: &mut mpsc::UnboundedReceiver<Ticket>,
+    tasks: &TaskTracker,
+    grace: Duration,
+) {
+    tasks.close();
+    let deadline = tokio::time::sleep(grace);
+    tokio::pin!(deadline);
+    loop {
+        tokio::select! {
+            Some(ticket) = done_rx.recv() => store_completed(consumer, tracker, &ticket),
+            _ = tasks.wait() => {
+                while let Ok(ticket) = done_rx.try_recv() {
+                    store_completed(consumer, tracker, &ticket);
+                }
+                break;
+            }
+            _ = &mut deadline => {
+                tracing::warn!(in_flight = tracker.lock().expect("tracker lock").total_depth(),
+                    "grace period over; unfinished work will be redelivered");
+                break;
+            }
+        }
+    }
+    if let Err(e) = consumer.commit_consumer_state(CommitMode::Sync) {
+        // Nothing stored since the last auto-commit is a normal case.
+        tracing::debug!(error = %e, "final commit");
+    }
+    consumer.unsubscribe();
 }
 
 /// Marks a message done and stores the partition's new committable offset, if it advanced.

@@ -1,4 +1,4 @@
-//! `dispatcher`: loads configuration and runs the dispatcher (see the library).
+//! `dispatcher`: loads configuration and runs the service (see the library for how it works).
 
 use std::path::PathBuf;
 
@@ -15,30 +15,13 @@ struct Args {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let cfg: dispatcher::Config = match hookstream_config::load(args.config.as_deref()) {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("dispatcher: {e}");
-            std::process::exit(2);
-        }
-    };
-    hookstream_telemetry::init_logging(&cfg.telemetry);
-    let registry = hookstream_telemetry::prometheus::Registry::new();
-    let health = hookstream_telemetry::Health::default();
-    let shutdown = hookstream_telemetry::shutdown_on_signal();
-    let listener = hookstream_telemetry::bind_admin(&cfg.telemetry).await?;
-    tracing::info!(admin = %hookstream_telemetry::local_addr(&listener), "dispatcher starting");
-    let admin = tokio::spawn(hookstream_telemetry::serve_admin(
-        listener,
-        registry.clone(),
-        health.clone(),
-        shutdown.clone(),
-    ));
-    let result = dispatcher::run(cfg, &registry, health, shutdown.clone()).await;
-    shutdown.cancel();
-    let _ = admin.await;
-    if let Err(e) = &result {
-        tracing::error!(error = %e, "dispatcher stopped with an error");
-    }
-    result.map_err(Into::into)
+    let cfg: dispatcher::Config = hookstream_config::load_or_exit("dispatcher", args.config.as_deref());
+    let telemetry = cfg.telemetry.clone();
+    hookstream_telemetry::run_service(
+        "dispatcher",
+        &telemetry,
+        |registry, health, shutdown| async move { dispatcher::run(cfg, &registry, health, shutdown).await },
+    )
+    .await
+    .map_err(anyhow::Error::from_boxed)
 }

@@ -15,7 +15,7 @@ use bytes::Bytes;
 use hookstream_config::{KafkaConfig, RetryConfig};
 use hookstream_delivery::{ErrorClass, Outcome};
 use hookstream_kafka::rdkafka::consumer::{
-    BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer,
+    BaseConsumer, Consumer, ConsumerContext, Rebalance, StreamConsumer,
 };
 use hookstream_kafka::rdkafka::producer::FutureRecord;
 use hookstream_kafka::rdkafka::{ClientContext, Message as _, TopicPartitionList};
@@ -273,23 +273,7 @@ pub(crate) async fn run_role(
         }
     }
 
-    tasks.close();
-    let deadline = tokio::time::sleep(grace);
-    tokio::pin!(deadline);
-    loop {
-        tokio::select! {
-            Some(ticket) = done_rx.recv() => complete(&consumer, &tracker, &ticket),
-            _ = tasks.wait() => {
-                while let Ok(ticket) = done_rx.try_recv() {
-                    complete(&consumer, &tracker, &ticket);
-                }
-                break;
-            }
-            _ = &mut deadline => break,
-        }
-    }
-    let _ = consumer.commit_consumer_state(CommitMode::Sync);
-    consumer.unsubscribe();
+    crate::drain(&consumer, &tracker, &mut done_rx, &tasks, grace).await;
     Ok(())
 }
 

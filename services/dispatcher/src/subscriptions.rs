@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hookstream_store::endpoints::{self, ActiveEndpoint};
-use hookstream_store::sqlx::postgres::PgListener;
 use hookstream_store::sqlx::PgPool;
+use hookstream_store::wakeup::Wakeup;
 use hookstream_store::StoreError;
 use tokio::sync::{Mutex, RwLock};
 use tokio_util::sync::CancellationToken;
@@ -113,25 +113,10 @@ impl Subscriptions {
 
     /// Keeps the snapshot fresh until `shutdown`.
     pub async fn watch(self: Arc<Self>, every: Duration, shutdown: CancellationToken) {
-        let mut listener: Option<PgListener> = None;
+        let mut wakeup = Wakeup::new(self.pool.clone(), NOTIFY_CHANNEL);
         loop {
-            if listener.is_none() {
-                listener = async {
-                    let mut l = PgListener::connect_with(&self.pool).await.ok()?;
-                    l.listen(NOTIFY_CHANNEL).await.ok()?;
-                    Some(l)
-                }
-                .await;
-            }
-            let notified = async {
-                match listener.as_mut() {
-                    Some(l) => l.recv().await.map(|_| ()),
-                    None => std::future::pending().await,
-                }
-            };
             tokio::select! {
-                r = notified => if r.is_err() { listener = None; },
-                _ = tokio::time::sleep(every) => {}
+                _ = wakeup.wait(every) => {}
                 _ = shutdown.cancelled() => return,
             }
             if let Err(e) = self.refresh().await {

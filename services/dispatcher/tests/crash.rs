@@ -8,18 +8,14 @@ use std::time::Duration;
 
 use hookstream_store::endpoints::{self, NewEndpoint};
 use hookstream_store::outbox::NewEvent;
-use hookstream_testkit::process::{service_env, ServiceProcess};
+use hookstream_testkit::process::{dispatcher_env, ServiceProcess};
 use hookstream_testkit::{eventually, Behaviour, Receiver, TestEnv};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 fn spawn_dispatcher(env: &TestEnv, name: &str, max_in_flight: usize) -> ServiceProcess {
-    let mut vars = service_env(env);
-    vars.push((
-        "HOOKSTREAM_DELIVERY__ALLOW_CIDRS".into(),
-        "[\"127.0.0.0/8\"]".into(),
-    ));
+    let mut vars = dispatcher_env(env);
     vars.push((
         "HOOKSTREAM_DISPATCHER__MAX_IN_FLIGHT_EVENTS".into(),
         max_in_flight.to_string(),

@@ -152,17 +152,13 @@ async fn always_failing_is_dead_lettered_after_the_last_tier_with_the_reason() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_while_holding_due_messages_loses_none_and_retries_none_early() {
-    use hookstream_testkit::process::{service_env, ServiceProcess};
+    use hookstream_testkit::process::{dispatcher_env, ServiceProcess};
     let env = TestEnv::new(3).await.unwrap();
     let tenant = env.tenant("t").await.unwrap();
     // Every event's first attempt fails; the retries succeed.
     let receiver = Receiver::start(Behaviour::FailTimes(50, 503)).await;
     env.endpoint(tenant, &receiver, &[]).await.unwrap();
-    let mut vars = service_env(&env);
-    vars.push((
-        "HOOKSTREAM_DELIVERY__ALLOW_CIDRS".into(),
-        "[\"127.0.0.0/8\"]".into(),
-    ));
+    let mut vars = dispatcher_env(&env);
     vars.push(("HOOKSTREAM_RETRY__SCHEDULE_MS".into(), "[4000]".into()));
     vars.push(("HOOKSTREAM_RETRY__JITTER".into(), "0.0".into()));
     let spawn = |name: &str| {

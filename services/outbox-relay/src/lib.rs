@@ -19,8 +19,9 @@ use hookstream_kafka::rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use hookstream_kafka::rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
 use hookstream_proto::{EventEnvelope, Message as _};
 use hookstream_store::outbox::{self, OutboxRow};
-use hookstream_store::sqlx::postgres::{PgConnection, PgListener};
+use hookstream_store::sqlx::postgres::PgConnection;
 use hookstream_store::sqlx::{self, Connection, PgPool};
+use hookstream_store::wakeup::Wakeup;
 use hookstream_store::StoreError;
 use hookstream_telemetry::prometheus::Registry;
 use hookstream_telemetry::Health;
@@ -139,7 +140,7 @@ struct BatchResult {
 
 impl Relay {
     async fn run_loop(&mut self) -> Result<(), RelayError> {
-        let mut listener = self.listen().await;
+        let mut wakeup = Wakeup::new(self.pool.clone(), outbox::NOTIFY_CHANNEL);
         let mut backoff = Backoff::new(Duration::from_millis(self.cfg.relay.max_backoff_ms));
         let mut last_rebalance = Instant::now() - Duration::from_secs(3600);
         let rebalance_every = Duration::from_millis(self.cfg.relay.rebalance_interval_ms);
@@ -176,35 +177,19 @@ impl Relay {
                         self.owner = None;
                         self.shards.clear();
                         self.metrics.shards_owned.set(0);
-                        listener = None;
+                        wakeup.reset();
                     }
                     self.sleep(delay).await;
                     continue;
                 }
             }
-            if listener.is_none() {
-                listener = self.listen().await;
-            }
             // Idle: wait for a commit notification, the fallback poll, or shutdown.
-            let notified = async {
-                match listener.as_mut() {
-                    Some(l) => l.recv().await.map(|_| ()),
-                    None => std::future::pending().await,
-                }
-            };
             tokio::select! {
-                r = notified => if r.is_err() { listener = None; },
-                _ = tokio::time::sleep(poll) => {}
+                _ = wakeup.wait(poll) => {}
                 _ = self.shutdown.cancelled() => {}
             }
         }
         Ok(())
-    }
-
-    async fn listen(&self) -> Option<PgListener> {
-        let mut l = PgListener::connect_with(&self.pool).await.ok()?;
-        l.listen(outbox::NOTIFY_CHANNEL).await.ok()?;
-        Some(l)
     }
 
     async fn sleep(&self, d: Duration) {
