@@ -177,6 +177,9 @@ pub async fn run(
         cfg.kafka.group_id.clone(),
         shutdown.clone(),
     ));
+    if cfg.retry.enabled {
+        retry::ensure_tier_topics(&cfg.kafka, &cfg.retry).await?;
+    }
     let retry_role = cfg.retry.enabled.then(|| {
         tokio::spawn(retry::run_role(
             shared.clone(),

@@ -145,6 +145,22 @@ impl ConsumerContext for RetryContext {
     }
 }
 
+/// Creates the tier topics that do not exist yet (replication: the broker's default). The
+/// dispatcher does this before it consumes anything: without them no retry can be handed on.
+pub(crate) async fn ensure_tier_topics(
+    kafka: &KafkaConfig,
+    retry: &RetryConfig,
+) -> Result<(), DispatchError> {
+    let tiers = retry.tiers();
+    let topics: Vec<(&str, i32)> = tiers
+        .iter()
+        .map(|(_, t)| (t.as_str(), retry.partitions))
+        .collect();
+    hookstream_kafka::ensure_topics(kafka, &topics, -1)
+        .await
+        .map_err(|e| DispatchError::Topics(e.to_string()))
+}
+
 /// Consumes every tier until `shutdown`, then drains within `grace`.
 pub(crate) async fn run_role(
     shared: Arc<Shared>,
@@ -154,14 +170,6 @@ pub(crate) async fn run_role(
     shutdown: CancellationToken,
 ) -> Result<(), DispatchError> {
     let tiers = shared.retry.tiers();
-    let topics: Vec<(&str, i32)> = tiers
-        .iter()
-        .map(|(_, t)| (t.as_str(), shared.retry.partitions))
-        .collect();
-    // Replication -1: the broker's default.
-    hookstream_kafka::ensure_topics(&kafka, &topics, -1)
-        .await
-        .map_err(|e| DispatchError::Topics(e.to_string()))?;
     let tracker = Arc::new(Mutex::new(OffsetTracker::new()));
     let held: HeldMap = Arc::default();
     let consumer: Arc<StreamConsumer<RetryContext>> = Arc::new(
