@@ -292,6 +292,8 @@ fn complete(consumer: &StreamConsumer<RetryContext>, tracker: &Mutex<OffsetTrack
 /// Delivers one due retry; false only when shutdown left it unfinished.
 async fn deliver_task(shared: &Shared, task: DeliveryTask, origin: &SourcePosition) -> bool {
     let event = task.event.clone().unwrap_or_default();
+    // Retry and dead-letter records keep pointing at the event's place in the events topic.
+    let original = task.origin.clone().unwrap_or_else(|| origin.clone());
     let endpoint = match Uuid::parse_str(&task.endpoint_id) {
         Ok(id) => shared.subs.endpoint(id).await,
         Err(_) => None,
@@ -309,7 +311,7 @@ async fn deliver_task(shared: &Shared, task: DeliveryTask, origin: &SourcePositi
             attempts: task.attempt,
             first_attempt_at_ms: task.first_attempt_at_ms,
             dead_at_ms: now_ms(),
-            origin: Some(origin.clone()),
+            origin: Some(original),
             event: Some(event),
             ..Default::default()
         };
@@ -321,7 +323,7 @@ async fn deliver_task(shared: &Shared, task: DeliveryTask, origin: &SourcePositi
         &ep,
         task.attempt + 1,
         task.first_attempt_at_ms,
-        origin,
+        &original,
     )
     .await
 }

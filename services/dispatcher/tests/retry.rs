@@ -142,6 +142,11 @@ async fn always_failing_is_dead_lettered_after_the_last_tier_with_the_reason() {
     assert_eq!(l.reason, "gave up after 4 attempts: HTTP 500");
     assert_eq!(l.error_class, "http_5xx");
     assert_eq!(l.last_status, 500);
+    assert_eq!(
+        l.origin.as_ref().unwrap().topic,
+        env.kafka.topics.events,
+        "the dead letter points at the event's place in the events topic, not at a tier"
+    );
     assert!(
         l.dead_at_ms - l.first_attempt_at_ms >= 7_000,
         "the whole schedule was waited out"
