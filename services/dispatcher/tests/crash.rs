@@ -14,6 +14,8 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+mod common;
+
 fn spawn_dispatcher(env: &TestEnv, name: &str, max_in_flight: usize) -> ServiceProcess {
     let mut vars = dispatcher_env(env);
     vars.push((
@@ -31,19 +33,8 @@ fn spawn_dispatcher(env: &TestEnv, name: &str, max_in_flight: usize) -> ServiceP
 
 /// The relay runs in-process: these tests are about the dispatcher.
 fn start_relay(env: &TestEnv) -> CancellationToken {
-    let cfg = outbox_relay::Config {
-        database: env.database.clone(),
-        kafka: env.kafka.clone(),
-        ..Default::default()
-    };
     let token = CancellationToken::new();
-    let t = token.clone();
-    tokio::spawn(async move {
-        let registry = prometheus::Registry::new();
-        outbox_relay::run(cfg, &registry, Default::default(), t)
-            .await
-            .expect("relay runs");
-    });
+    common::start_relay(env, &token);
     token
 }
 

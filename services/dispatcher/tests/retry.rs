@@ -11,37 +11,18 @@ use hookstream_testkit::{eventually, Behaviour, Receiver, TestEnv};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
+mod common;
+
 fn start(env: &TestEnv, schedule_ms: Vec<u64>) -> CancellationToken {
-    let mut cfg = dispatcher::Config {
-        database: env.database.clone(),
-        kafka: env.kafka.clone(),
-        retry: RetryConfig {
-            schedule_ms,
-            jitter: 0.0,
-            min_throttled_delay_ms: 1_000,
-            ..env.retry.clone()
-        },
-        ..Default::default()
+    let mut cfg = common::dispatcher_config(env);
+    cfg.retry = RetryConfig {
+        schedule_ms,
+        jitter: 0.0,
+        min_throttled_delay_ms: 1_000,
+        ..env.retry.clone()
     };
     cfg.delivery.allow_cidrs = vec!["127.0.0.0/8".parse().unwrap()];
-    let relay_cfg = outbox_relay::Config {
-        database: env.database.clone(),
-        kafka: env.kafka.clone(),
-        ..Default::default()
-    };
-    let token = CancellationToken::new();
-    let (t1, t2) = (token.clone(), token.clone());
-    tokio::spawn(async move {
-        dispatcher::run(cfg, &prometheus::Registry::new(), Default::default(), t1)
-            .await
-            .expect("dispatcher runs");
-    });
-    tokio::spawn(async move {
-        outbox_relay::run(relay_cfg, &prometheus::Registry::new(), Default::default(), t2)
-            .await
-            .expect("relay runs");
-    });
-    token
+    common::start_pipeline(env, cfg)
 }
 
 /// Gaps between consecutive arrivals, in seconds.
@@ -174,18 +155,8 @@ async fn sigkill_while_holding_due_messages_loses_none_and_retries_none_early() 
         )
         .unwrap()
     };
-    let relay_cfg = outbox_relay::Config {
-        database: env.database.clone(),
-        kafka: env.kafka.clone(),
-        ..Default::default()
-    };
     let relay = CancellationToken::new();
-    let t = relay.clone();
-    tokio::spawn(async move {
-        outbox_relay::run(relay_cfg, &prometheus::Registry::new(), Default::default(), t)
-            .await
-            .expect("relay runs");
-    });
+    common::start_relay(&env, &relay);
 
     let first = spawn("dispatcher-1");
     let events: Vec<NewEvent> = (0..50)

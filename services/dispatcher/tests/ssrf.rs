@@ -14,34 +14,14 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+mod common;
+
 fn start(env: &TestEnv, allow_loopback: bool) -> CancellationToken {
-    let mut cfg = dispatcher::Config {
-        database: env.database.clone(),
-        kafka: env.kafka.clone(),
-        retry: env.retry.clone(),
-        ..Default::default()
-    };
+    let mut cfg = common::dispatcher_config(env);
     if allow_loopback {
         cfg.delivery.allow_cidrs = vec!["127.0.0.0/8".parse().unwrap()];
     }
-    let relay_cfg = outbox_relay::Config {
-        database: env.database.clone(),
-        kafka: env.kafka.clone(),
-        ..Default::default()
-    };
-    let token = CancellationToken::new();
-    let (t1, t2) = (token.clone(), token.clone());
-    tokio::spawn(async move {
-        dispatcher::run(cfg, &prometheus::Registry::new(), Default::default(), t1)
-            .await
-            .expect("dispatcher runs");
-    });
-    tokio::spawn(async move {
-        outbox_relay::run(relay_cfg, &prometheus::Registry::new(), Default::default(), t2)
-            .await
-            .expect("relay runs");
-    });
-    token
+    common::start_pipeline(env, cfg)
 }
 
 async fn endpoint(env: &TestEnv, tenant: Uuid, url: &str) -> Uuid {
