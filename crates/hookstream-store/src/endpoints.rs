@@ -21,6 +21,8 @@ pub struct Endpoint {
     pub timeout_ms: i32,
     pub max_in_flight: i32,
     pub created_at: DateTime<Utc>,
+    /// When deliveries started failing with no success since (None: healthy).
+    pub failing_since: Option<DateTime<Utc>>,
 }
 
 /// What it takes to create an endpoint; limits left `None` take the defaults.
@@ -44,7 +46,7 @@ pub struct ActiveEndpoint {
 }
 
 const COLUMNS: &str = "id, tenant_id, url, description, event_types, enabled, disabled_reason, \
-                       rate_limit_per_s, timeout_ms, max_in_flight, created_at";
+                       rate_limit_per_s, timeout_ms, max_in_flight, created_at, failing_since";
 
 /// Checks that a URL is something we can POST to. Address checks (SSRF) happen at connect
 /// time in the dispatcher, after DNS resolution, where they cannot be bypassed.
@@ -139,6 +141,7 @@ pub async fn set_enabled(
 ) -> Result<(), StoreError> {
     let done = sqlx::query(
         "UPDATE hookstream.endpoints SET enabled = $2, disabled_reason = CASE WHEN $2 THEN NULL ELSE $3 END,
+                failing_since = CASE WHEN $2 THEN NULL ELSE failing_since END,
                 updated_at = now() WHERE id = $1",
     )
     .bind(id)
@@ -150,6 +153,66 @@ pub async fn set_enabled(
         return Err(StoreError::NotFound(format!("endpoint {id}")));
     }
     Ok(())
+}
+
+/// Records a failed delivery: the endpoint is failing since now unless it already was.
+/// Returns when it started failing (None if the endpoint is gone or disabled).
+pub async fn mark_failing(pool: &PgPool, id: Uuid) -> Result<Option<DateTime<Utc>>, StoreError> {
+    Ok(sqlx::query_scalar(
+        "UPDATE hookstream.endpoints SET failing_since = coalesce(failing_since, now())
+          WHERE id = $1 AND enabled RETURNING failing_since",
+    )
+    .bind(id)
+    .fetch_optional(pool)
+    .await?
+    .flatten())
+}
+
+/// Records a successful delivery: the endpoint is healthy again.
+pub async fn mark_healthy(pool: &PgPool, id: Uuid) -> Result<(), StoreError> {
+    sqlx::query(
+        "UPDATE hookstream.endpoints SET failing_since = NULL WHERE id = $1 AND failing_since IS NOT NULL",
+    )
+    .bind(id)
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+/// Disables an enabled endpoint and, in the same transaction, publishes `notice` (an
+/// `endpoint.disabled` event, say) to the endpoint's tenant through the outbox. Returns false
+/// when the endpoint was already disabled (someone else did it; nothing is published twice).
+///
+/// With `failing_for`, only an endpoint that has been failing at least that long is disabled
+/// (checked in the same statement, so a success seen by another instance wins).
+pub async fn disable(
+    pool: &PgPool,
+    id: Uuid,
+    reason: &str,
+    failing_for: Option<std::time::Duration>,
+    notice: Option<hookstream_producer::Event>,
+) -> Result<bool, StoreError> {
+    let mut tx = pool.begin().await?;
+    let done = sqlx::query(
+        "UPDATE hookstream.endpoints SET enabled = false, disabled_reason = $2, updated_at = now()
+          WHERE id = $1 AND enabled
+            AND ($3::bigint IS NULL OR failing_since <= now() - $3 * interval '1 millisecond')",
+    )
+    .bind(id)
+    .bind(reason)
+    .bind(failing_for.map(|d| d.as_millis() as i64))
+    .execute(&mut *tx)
+    .await?;
+    if done.rows_affected() == 0 {
+        return Ok(false);
+    }
+    if let Some(event) = notice {
+        hookstream_producer::enqueue(&mut tx, &event)
+            .await
+            .map_err(|e| StoreError::Invalid(format!("cannot publish the endpoint.disabled event: {e}")))?;
+    }
+    tx.commit().await?;
+    Ok(true)
 }
 
 /// Everything the dispatcher needs to route: every tenant id, and every enabled endpoint with

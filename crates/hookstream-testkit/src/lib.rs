@@ -124,17 +124,27 @@ impl TestEnv {
         receiver: &Receiver,
         event_types: &[&str],
     ) -> anyhow::Result<Uuid> {
-        let (ep, secret) = hookstream_store::endpoints::create(
-            &self.pool,
-            hookstream_store::endpoints::NewEndpoint {
-                tenant_id: tenant,
-                url: receiver.url(),
-                event_types: event_types.iter().map(|s| s.to_string()).collect(),
-                timeout_ms: Some(5_000),
-                ..Default::default()
-            },
-        )
-        .await?;
+        let new = hookstream_store::endpoints::NewEndpoint {
+            tenant_id: tenant,
+            event_types: event_types.iter().map(|s| s.to_string()).collect(),
+            timeout_ms: Some(5_000),
+            ..Default::default()
+        };
+        self.endpoint_with(receiver, new).await
+    }
+
+    /// Creates an endpoint for `receiver` with `new`'s settings (its url is the receiver's)
+    /// and hands the receiver its secret.
+    pub async fn endpoint_with(
+        &self,
+        receiver: &Receiver,
+        new: hookstream_store::endpoints::NewEndpoint,
+    ) -> anyhow::Result<Uuid> {
+        let new = hookstream_store::endpoints::NewEndpoint {
+            url: receiver.url(),
+            ..new
+        };
+        let (ep, secret) = hookstream_store::endpoints::create(&self.pool, new).await?;
         receiver.set_secret(&secret.expose());
         Ok(ep.id)
     }

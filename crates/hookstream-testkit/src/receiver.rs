@@ -26,6 +26,8 @@ pub enum Behaviour {
     FailTimes(usize, u16),
     /// The first request gets 503 with `Retry-After: secs`, later ones 204.
     RetryAfter(u64),
+    /// Never answers (a black hole): the connection stays open until the client gives up.
+    Hang,
 }
 
 /// One delivery as the receiver saw it.
@@ -46,7 +48,7 @@ pub struct Received {
 }
 
 struct Inner {
-    behaviour: Behaviour,
+    behaviour: Mutex<Behaviour>,
     secret: Mutex<Option<String>>,
     received: Mutex<Vec<Received>>,
 }
@@ -61,7 +63,7 @@ pub struct Receiver {
 impl Receiver {
     pub async fn start(behaviour: Behaviour) -> Self {
         let inner = Arc::new(Inner {
-            behaviour,
+            behaviour: Mutex::new(behaviour),
             secret: Mutex::new(None),
             received: Mutex::new(Vec::new()),
         });
@@ -86,6 +88,11 @@ impl Receiver {
 
     pub fn set_secret(&self, secret: &str) {
         *self.inner.secret.lock().unwrap() = Some(secret.to_string());
+    }
+
+    /// Changes how later requests are answered (an endpoint that recovers, say).
+    pub fn set_behaviour(&self, behaviour: Behaviour) {
+        *self.inner.behaviour.lock().unwrap() = behaviour;
     }
 
     pub fn received(&self) -> Vec<Received> {
@@ -142,7 +149,8 @@ async fn handle(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Bytes
             .unwrap_or(0.0),
     });
     let nth = inner.received.lock().unwrap().len(); // this request's 1-based position
-    match inner.behaviour {
+    let behaviour = *inner.behaviour.lock().unwrap();
+    match behaviour {
         Behaviour::Ok => StatusCode::NO_CONTENT.into_response(),
         Behaviour::FailTimes(n, status) if nth <= n => StatusCode::from_u16(status)
             .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
@@ -162,5 +170,9 @@ async fn handle(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Bytes
             StatusCode::NO_CONTENT.into_response()
         }
         Behaviour::Redirect(to) => (StatusCode::FOUND, [("location", to)]).into_response(),
+        Behaviour::Hang => {
+            tokio::time::sleep(std::time::Duration::from_secs(3600)).await;
+            StatusCode::NO_CONTENT.into_response()
+        }
     }
 }

@@ -34,6 +34,15 @@ pub struct DispatcherMetrics {
     pub retry_consumed: IntCounterVec,
     /// How late after its due time a retry was attempted (never negative: never early).
     pub retry_lateness: Histogram,
+    /// Deliveries handed to the retry tiers without an attempt, by reason: breaker_open,
+    /// rate_limited, endpoint_busy.
+    pub deferrals: IntCounterVec,
+    /// Circuit breaker transitions, by the state entered: open, half_open, closed.
+    pub breaker_transitions: IntCounterVec,
+    /// Endpoints whose breaker is open or half-open right now.
+    pub breakers_open: IntGauge,
+    /// HTTP requests under way right now.
+    pub requests_in_flight: IntGauge,
 }
 
 impl DispatcherMetrics {
@@ -132,7 +141,37 @@ impl DispatcherMetrics {
                 .buckets(exponential_buckets(0.01, 2.0, 14).unwrap()),
             )
             .unwrap(),
+            deferrals: IntCounterVec::new(
+                Opts::new(
+                    "hookstream_dispatcher_deferrals_total",
+                    "Deliveries deferred to the retry tiers without using an attempt, by reason",
+                ),
+                &["reason"],
+            )
+            .unwrap(),
+            breaker_transitions: IntCounterVec::new(
+                Opts::new(
+                    "hookstream_dispatcher_breaker_transitions_total",
+                    "Circuit breaker transitions, by the state entered",
+                ),
+                &["to"],
+            )
+            .unwrap(),
+            breakers_open: IntGauge::new(
+                "hookstream_dispatcher_breakers_open",
+                "Endpoints whose circuit breaker is open or half-open",
+            )
+            .unwrap(),
+            requests_in_flight: IntGauge::new(
+                "hookstream_dispatcher_requests_in_flight",
+                "HTTP delivery requests under way",
+            )
+            .unwrap(),
         };
+        let _ = registry.register(Box::new(m.deferrals.clone()));
+        let _ = registry.register(Box::new(m.breaker_transitions.clone()));
+        let _ = registry.register(Box::new(m.breakers_open.clone()));
+        let _ = registry.register(Box::new(m.requests_in_flight.clone()));
         let _ = registry.register(Box::new(m.retry_produced.clone()));
         let _ = registry.register(Box::new(m.retry_consumed.clone()));
         let _ = registry.register(Box::new(m.retry_lateness.clone()));
