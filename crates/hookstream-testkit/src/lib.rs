@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use hookstream_config::{DatabaseConfig, KafkaConfig, RetryConfig, TopicsConfig};
+use hookstream_config::{DatabaseConfig, KafkaConfig, RetryConfig, SecretsConfig, TopicsConfig};
 use hookstream_kafka::rdkafka::consumer::{BaseConsumer, Consumer};
 use hookstream_kafka::rdkafka::{Message as _, Offset, TopicPartitionList};
 use hookstream_store::outbox::NewEvent;
@@ -34,6 +34,8 @@ pub struct TestEnv {
     /// Retry tiers with this test's own topic prefix and group (default schedule; tests that
     /// exercise retries compress it).
     pub retry: RetryConfig,
+    /// This test's own key for sealing endpoint secrets.
+    pub secrets: SecretsConfig,
 }
 
 fn base_database_url() -> String {
@@ -103,7 +105,16 @@ impl TestEnv {
             pool,
             partitions,
             retry,
+            secrets: SecretsConfig {
+                key: hookstream_store::sealing::Sealer::generate_key("test"),
+                ..Default::default()
+            },
         })
+    }
+
+    /// Seals and opens endpoint secrets with this test's key.
+    pub fn sealer(&self) -> hookstream_store::sealing::Sealer {
+        hookstream_store::sealing::Sealer::from_config(&self.secrets).expect("the test key is valid")
     }
 
     /// A log file path for a child process of this test.
@@ -144,7 +155,7 @@ impl TestEnv {
             url: receiver.url(),
             ..new
         };
-        let (ep, secret) = hookstream_store::endpoints::create(&self.pool, new).await?;
+        let (ep, secret) = hookstream_store::endpoints::create(&self.pool, &self.sealer(), new).await?;
         receiver.set_secret(&secret.expose());
         Ok(ep.id)
     }

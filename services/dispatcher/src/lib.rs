@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use hookstream_config::{DatabaseConfig, KafkaConfig, RetryConfig, TelemetryConfig};
+use hookstream_config::{DatabaseConfig, KafkaConfig, RetryConfig, SecretsConfig, TelemetryConfig};
 use hookstream_delivery::{DeliveryConfig, Engine, ErrorClass, Message, Outcome, Target, Verdict};
 use hookstream_kafka::rdkafka::consumer::{
     BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer,
@@ -31,6 +31,7 @@ use hookstream_kafka::rdkafka::{ClientContext, Message as _, Offset, TopicPartit
 use hookstream_kafka::tracker::{OffsetTracker, Ticket};
 use hookstream_proto::{AttemptRecord, DeadLetter, EventEnvelope, Message as _, SourcePosition};
 use hookstream_store::endpoints::ActiveEndpoint;
+use hookstream_store::sealing::Sealer;
 use hookstream_store::StoreError;
 use hookstream_telemetry::prometheus::Registry;
 use hookstream_telemetry::Health;
@@ -54,6 +55,8 @@ pub struct Config {
     pub delivery: DeliveryConfig,
     pub dispatcher: DispatcherSettings,
     pub retry: RetryConfig,
+    /// Keys that open the endpoints' signing secrets (sealed at rest).
+    pub secrets: SecretsConfig,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -158,12 +161,13 @@ pub async fn run(
         .isolation
         .validate()
         .map_err(DispatchError::Config)?;
+    let sealer = Sealer::from_config(&cfg.secrets).map_err(|e| DispatchError::Config(e.to_string()))?;
     let metrics = DispatcherMetrics::register(registry);
     let pool = hookstream_store::connect(&cfg.database).await?;
     if cfg.database.migrate_on_start {
         hookstream_store::migrate(&pool).await?;
     }
-    let subs = Subscriptions::load(pool.clone()).await?;
+    let subs = Subscriptions::load(pool.clone(), sealer).await?;
     let watcher = tokio::spawn(subs.clone().watch(
         Duration::from_millis(cfg.dispatcher.subscription_refresh_ms),
         shutdown.clone(),

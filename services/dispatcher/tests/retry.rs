@@ -153,7 +153,10 @@ async fn sigkill_while_holding_due_messages_loses_none_and_retries_none_early() 
         "HOOKSTREAM_DISPATCHER__ISOLATION__CONSECUTIVE_FAILURES".into(),
         "1000".into(),
     ));
-    vars.push(("HOOKSTREAM_DISPATCHER__ISOLATION__MIN_REQUESTS".into(), "1000".into()));
+    vars.push((
+        "HOOKSTREAM_DISPATCHER__ISOLATION__MIN_REQUESTS".into(),
+        "1000".into(),
+    ));
     let spawn = |name: &str| {
         ServiceProcess::spawn(
             std::path::Path::new(env!("CARGO_BIN_EXE_dispatcher")),

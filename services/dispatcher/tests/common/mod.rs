@@ -11,6 +11,7 @@ pub fn dispatcher_config(env: &TestEnv) -> dispatcher::Config {
         database: env.database.clone(),
         kafka: env.kafka.clone(),
         retry: env.retry.clone(),
+        secrets: env.secrets.clone(),
         ..Default::default()
     }
 }
