@@ -9,7 +9,10 @@
 //!    success closes it, failure reopens it with the cooldown doubled, up to `max_cooldown`.
 //! 2. A token bucket (`governor`) with the endpoint's own quota (`rate_limit_per_s`, burst
 //!    of `rate_limit_burst_s` seconds' worth); endpoints without a quota are not limited.
-//! 3. A cap on concurrent requests (`max_in_flight`), waited for at most `busy_wait`.
+//! 3. A cap on concurrent requests (`max_in_flight`). An attempt queues for a slot only when
+//!    the expected wait (queue length ÷ cap × the endpoint's recent latency) is within
+//!    `busy_wait`, and never longer than twice that: a fast endpoint's queue drains in
+//!    milliseconds, a slow one's would hold the events behind it.
 //!
 //! A refused delivery is not failed: the caller hands it to the retry tiers with its due time
 //! and without using up an attempt (a [`Refusal`]). Refusals of one endpoint are spaced out on
@@ -53,8 +56,9 @@ pub struct IsolationSettings {
     /// First cooldown of an open breaker; doubles each time a probe fails.
     pub cooldown_ms: u64,
     pub max_cooldown_ms: u64,
-    /// How long an attempt waits for a free slot under the endpoint's concurrency cap (or for
-    /// a rate-limit token) before it is deferred to the retry tiers instead.
+    /// Longest expected wait for a free slot under the endpoint's concurrency cap (or for a
+    /// rate-limit token) before an attempt is deferred to the retry tiers instead. An attempt
+    /// that queues gives up after twice this.
     pub busy_wait_ms: u64,
     /// How far a delivery refused for a full concurrency cap is deferred (±50 % jitter).
     pub busy_defer_ms: u64,
@@ -73,7 +77,7 @@ impl Default for IsolationSettings {
             window_ms: 30_000,
             cooldown_ms: 5_000,
             max_cooldown_ms: 3_600_000,
-            busy_wait_ms: 50,
+            busy_wait_ms: 200,
             busy_defer_ms: 1_000,
             rate_limit_burst_s: 1.0,
             idle_evict_ms: 600_000,
@@ -138,7 +142,8 @@ impl Pass {
     /// Tells the breaker how the attempt went. Receiver-side failures (5xx, 408/425/429,
     /// timeouts, connection and TLS errors) count against the endpoint; other permanent
     /// answers (a 4xx) show the endpoint is up and count as neither.
-    pub fn finish(self, verdict: Verdict, class: ErrorClass) {
+    pub fn finish(self, verdict: Verdict, class: ErrorClass, latency: Duration) {
+        self.guard.observe_latency(latency);
         match verdict {
             Verdict::Delivered => self.guard.breaker.on_success(),
             Verdict::Retryable => self.guard.breaker.on_error(),
@@ -282,6 +287,10 @@ pub struct Guard {
     /// The next free slot on this endpoint's deferral clock (ms since the epoch).
     next_deferral_ms: Mutex<i64>,
     last_used_ms: AtomicI64,
+    /// Attempts queued for a slot right now.
+    queued: AtomicU64,
+    /// Moving average of attempt latency, µs (0 until the first attempt finishes).
+    latency_us: AtomicU64,
 }
 
 impl Guard {
@@ -324,6 +333,8 @@ impl Guard {
             slots: Arc::new(Semaphore::new(limits.max_in_flight as usize)),
             next_deferral_ms: Mutex::new(0),
             last_used_ms: AtomicI64::new(now_ms()),
+            queued: AtomicU64::new(0),
+            latency_us: AtomicU64::new(0),
         }
     }
 
@@ -334,6 +345,20 @@ impl Guard {
         let due = earliest.max(*next);
         *next = due + (spacing.as_millis() as i64).max(1);
         due
+    }
+
+    fn observe_latency(&self, latency: Duration) {
+        let sample = latency.as_micros().min(u64::MAX as u128) as u64;
+        let old = self.latency_us.load(Ordering::Relaxed);
+        let new = if old == 0 { sample } else { (old * 4 + sample) / 5 };
+        self.latency_us.store(new, Ordering::Relaxed);
+    }
+
+    /// How long one more attempt would queue for a slot, at the recent latency.
+    fn expected_queueing(&self) -> Duration {
+        let ahead = self.queued.load(Ordering::Relaxed) + 1;
+        let per_slot = self.latency_us.load(Ordering::Relaxed) / self.limits.max_in_flight.max(1) as u64;
+        Duration::from_micros(ahead.saturating_mul(per_slot))
     }
 
     fn breaker_state(&self) -> u8 {
@@ -434,10 +459,18 @@ impl Isolation {
                 .await
                 .expect("endpoint semaphores are never closed"),
             Err(_) => {
-                let wait = Duration::from_millis(self.cfg.busy_wait_ms);
-                match tokio::time::timeout(wait, guard.slots.clone().acquire_owned()).await {
-                    Ok(Ok(s)) => s,
-                    _ => {
+                let busy_wait = Duration::from_millis(self.cfg.busy_wait_ms);
+                let queued = if guard.expected_queueing() <= busy_wait {
+                    guard.queued.fetch_add(1, Ordering::Relaxed);
+                    let got = tokio::time::timeout(busy_wait * 2, guard.slots.clone().acquire_owned()).await;
+                    guard.queued.fetch_sub(1, Ordering::Relaxed);
+                    got.ok().and_then(Result::ok)
+                } else {
+                    None
+                };
+                match queued {
+                    Some(s) => s,
+                    None => {
                         release_probe(&guard);
                         let jitter = rand::thread_rng().gen_range(0.5..1.5);
                         let earliest = now_ms() + (self.cfg.busy_defer_ms as f64 * jitter) as i64;
@@ -530,7 +563,7 @@ mod tests {
         let ep = endpoint(None, 8);
         for _ in 0..3 {
             let pass = iso.admit(&ep, true).await.expect("closed breaker admits");
-            pass.finish(Verdict::Retryable, ErrorClass::Http5xx);
+            pass.finish(Verdict::Retryable, ErrorClass::Http5xx, Duration::from_millis(5));
         }
         let refused = iso.admit(&ep, true).await.err().expect("open breaker refuses");
         assert_eq!(refused.reason, RefusalReason::BreakerOpen);
@@ -550,7 +583,7 @@ mod tests {
             .err()
             .expect("only one probe at a time");
         assert_eq!(second.reason, RefusalReason::BreakerOpen);
-        probe.finish(Verdict::Retryable, ErrorClass::Timeout);
+        probe.finish(Verdict::Retryable, ErrorClass::Timeout, Duration::from_millis(5));
         // Reopened with the cooldown doubled.
         let refused = iso.admit(&ep, true).await.err().expect("failed probe reopens");
         assert!(
@@ -563,12 +596,13 @@ mod tests {
             .admit(&ep, true)
             .await
             .expect("probe after the doubled cooldown");
-        probe.finish(Verdict::Delivered, ErrorClass::None);
+        probe.finish(Verdict::Delivered, ErrorClass::None, Duration::from_millis(5));
         for _ in 0..5 {
-            iso.admit(&ep, true)
-                .await
-                .expect("closed again")
-                .finish(Verdict::Delivered, ErrorClass::None);
+            iso.admit(&ep, true).await.expect("closed again").finish(
+                Verdict::Delivered,
+                ErrorClass::None,
+                Duration::from_millis(5),
+            );
         }
     }
 
@@ -580,16 +614,21 @@ mod tests {
         });
         let ep = endpoint(None, 8);
         for _ in 0..10 {
-            iso.admit(&ep, true)
-                .await
-                .expect("admitted")
-                .finish(Verdict::Permanent, ErrorClass::Http4xx);
+            iso.admit(&ep, true).await.expect("admitted").finish(
+                Verdict::Permanent,
+                ErrorClass::Http4xx,
+                Duration::from_millis(5),
+            );
         }
     }
 
     #[tokio::test]
     async fn rate_limit_spaces_refusals_at_the_endpoint_rate() {
-        let iso = isolation(IsolationSettings::default());
+        // Tokens come every 100 ms; waiting up to 50 ms for one is not enough.
+        let iso = isolation(IsolationSettings {
+            busy_wait_ms: 50,
+            ..Default::default()
+        });
         let ep = endpoint(Some(10), 100);
         let mut admitted = 0;
         let mut refusals = Vec::new();
@@ -610,15 +649,34 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn full_cap_defers_after_the_busy_wait() {
+    async fn a_fast_endpoint_queues_for_its_cap_and_a_slow_one_defers_at_once() {
         let iso = isolation(IsolationSettings::default());
-        let ep = endpoint(None, 2);
-        let a = iso.admit(&ep, true).await.expect("first slot");
-        let _b = iso.admit(&ep, true).await.expect("second slot");
-        let refused = iso.admit(&ep, true).await.err().expect("cap reached");
+        let fast = endpoint(None, 2);
+        let a = iso.admit(&fast, true).await.expect("first slot");
+        let _b = iso.admit(&fast, true).await.expect("second slot");
+        a.finish(Verdict::Delivered, ErrorClass::None, Duration::from_millis(2));
+        let c = iso.admit(&fast, true).await.expect("a slot was freed");
+        let release = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(30)).await;
+            drop(c);
+        });
+        iso.admit(&fast, true)
+            .await
+            .expect("a 2 ms endpoint is worth queueing for");
+        release.await.unwrap();
+
+        let slow = endpoint(None, 2);
+        let a = iso.admit(&slow, true).await.expect("first slot");
+        a.finish(Verdict::Retryable, ErrorClass::Timeout, Duration::from_secs(2));
+        let _a = iso.admit(&slow, true).await.expect("slot");
+        let _b = iso.admit(&slow, true).await.expect("slot");
+        let started = std::time::Instant::now();
+        let refused = iso.admit(&slow, true).await.err().expect("cap reached");
         assert_eq!(refused.reason, RefusalReason::EndpointBusy);
-        drop(a);
-        iso.admit(&ep, true).await.expect("a slot was freed");
+        assert!(
+            started.elapsed() < Duration::from_millis(50),
+            "a 2 s endpoint is not queued for: deferred at once"
+        );
     }
 
     #[tokio::test]
