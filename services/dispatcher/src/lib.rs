@@ -26,7 +26,10 @@ use hookstream_kafka::rdkafka::consumer::{
     BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer,
 };
 use hookstream_kafka::rdkafka::error::KafkaError;
-use hookstream_kafka::rdkafka::producer::{FutureProducer, FutureRecord};
+use hookstream_kafka::rdkafka::message::DeliveryResult;
+use hookstream_kafka::rdkafka::producer::{
+    BaseRecord, FutureProducer, FutureRecord, ProducerContext, ThreadedProducer,
+};
 use hookstream_kafka::rdkafka::{ClientContext, Message as _, Offset, TopicPartitionList};
 use hookstream_kafka::tracker::{OffsetTracker, Ticket};
 use hookstream_proto::{AttemptRecord, DeadLetter, EventEnvelope, Message as _, SourcePosition};
@@ -136,6 +139,8 @@ pub(crate) struct Shared {
     engine: Engine,
     subs: Arc<Subscriptions>,
     producer: FutureProducer,
+    /// The attempt log's own producer: fire and forget, failures counted by its context.
+    attempt_log: ThreadedProducer<AttemptLogContext>,
     pool: hookstream_store::sqlx::PgPool,
     dlq_topic: String,
     attempts_topic: String,
@@ -183,10 +188,16 @@ pub async fn run(
     consumer.subscribe(&[cfg.kafka.topics.events.as_str()])?;
     let producer: FutureProducer =
         hookstream_kafka::producer_config(&cfg.kafka, Duration::from_secs(30)).create()?;
+    let attempt_log = hookstream_kafka::producer_config(&cfg.kafka, Duration::from_secs(30))
+        .set("linger.ms", "20")
+        .create_with_context(AttemptLogContext {
+            dropped: metrics.attempt_records_dropped.clone(),
+        })?;
     let shared = Arc::new(Shared {
         engine: Engine::new(&cfg.delivery)?,
         subs,
         producer,
+        attempt_log,
         pool,
         dlq_topic: cfg.kafka.topics.dlq.clone(),
         attempts_topic: cfg.kafka.topics.attempts.clone(),
@@ -433,7 +444,9 @@ pub(crate) async fn attempt(
         Ok(pass) => pass,
         // Refused by the breaker, the rate limit or the concurrency cap: no attempt was made.
         Err(refusal) => {
-            return retry::defer(
+            // (Boxed, like every rarely taken await below: many attempts wait for admission at
+            // once, and each reserves the size of its largest state.)
+            return Box::pin(retry::defer(
                 shared,
                 event,
                 ep.endpoint.id,
@@ -441,8 +454,8 @@ pub(crate) async fn attempt(
                 first_attempt_at_ms,
                 origin,
                 refusal,
-            )
-            .await
+            ))
+            .await;
         }
     };
     let started_ms = now_ms();
@@ -458,12 +471,12 @@ pub(crate) async fn attempt(
         attempt,
     };
     shared.metrics.requests_in_flight.inc();
-    let outcome = shared.engine.deliver(target, msg).await;
+    let outcome = Box::pin(shared.engine.deliver(target, msg)).await;
     shared.metrics.requests_in_flight.dec();
-    pass.finish(outcome.verdict, outcome.class);
+    pass.finish(outcome.verdict, outcome.class, outcome.latency);
     record(shared, &outcome);
     log_attempt(shared, event, ep, attempt, started_ms, &outcome);
-    track_health(shared, ep, &outcome).await;
+    Box::pin(track_health(shared, ep, &outcome)).await;
     let first_attempt_at_ms = if attempt == 1 {
         started_ms
     } else {
@@ -472,7 +485,7 @@ pub(crate) async fn attempt(
     let reason = match outcome.verdict {
         Verdict::Delivered => return true,
         Verdict::Retryable if shared.retry.enabled => {
-            match retry::schedule(
+            match Box::pin(retry::schedule(
                 shared,
                 event,
                 ep.endpoint.id,
@@ -480,7 +493,7 @@ pub(crate) async fn attempt(
                 first_attempt_at_ms,
                 origin,
                 &outcome,
-            )
+            ))
             .await
             {
                 Some(handed_on) => return handed_on,
@@ -491,7 +504,14 @@ pub(crate) async fn attempt(
             }
         }
         Verdict::Gone => {
-            disable(shared, ep, "gone", "receiver answered 410 Gone".into(), None).await;
+            Box::pin(disable(
+                shared,
+                ep,
+                "gone",
+                "receiver answered 410 Gone".into(),
+                None,
+            ))
+            .await;
             describe(&outcome)
         }
         _ => describe(&outcome),
@@ -512,7 +532,7 @@ pub(crate) async fn attempt(
         raw: Bytes::new(),
         last_response: outcome.response.clone(),
     };
-    dead_letter(shared, letter, &ep.endpoint.id.to_string()).await
+    Box::pin(dead_letter(shared, letter, &ep.endpoint.id.to_string())).await
 }
 
 fn describe(outcome: &Outcome) -> String {
@@ -572,20 +592,31 @@ fn log_attempt(
     }
     .encode_to_vec();
     let key = ep.endpoint.id.to_string();
-    match shared.producer.send_result(
-        FutureRecord::to(&shared.attempts_topic)
-            .key(&key)
-            .payload(&record),
-    ) {
-        Ok(ack) => {
-            let dropped = shared.metrics.attempt_records_dropped.clone();
-            tokio::spawn(async move {
-                if !matches!(ack.await, Ok(Ok(_))) {
-                    dropped.inc();
-                }
-            });
+    if shared
+        .attempt_log
+        .send(BaseRecord::to(&shared.attempts_topic).key(&key).payload(&record))
+        .is_err()
+    {
+        // Queue full or the topic unknown: counted, never waited for.
+        shared.metrics.attempt_records_dropped.inc();
+    }
+}
+
+/// Counts attempt records Kafka did not acknowledge (no task or future per record: the log
+/// is written at the delivery rate).
+struct AttemptLogContext {
+    dropped: hookstream_telemetry::prometheus::IntCounter,
+}
+
+impl ClientContext for AttemptLogContext {}
+
+impl ProducerContext for AttemptLogContext {
+    type DeliveryOpaque = ();
+
+    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
+        if result.is_err() {
+            self.dropped.inc();
         }
-        Err(_) => shared.metrics.attempt_records_dropped.inc(),
     }
 }
 
