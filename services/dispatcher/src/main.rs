@@ -4,6 +4,9 @@ use std::path::PathBuf;
 
 use clap::Parser;
 
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(version, about = "Delivers events from Kafka to subscribed HTTP endpoints")]
 struct Args {

@@ -4,6 +4,9 @@ use std::path::PathBuf;
 
 use clap::Parser;
 
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(version, about = "Ships committed outbox rows from PostgreSQL to Kafka")]
 struct Args {
