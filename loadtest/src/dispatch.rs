@@ -23,8 +23,9 @@ use crate::{procstat, RunArgs};
 
 pub async fn run(args: &RunArgs) -> anyhow::Result<serde_json::Value> {
     prepare()?;
-    let throughput = burst(args.events, args.endpoints, &args.out).await?;
-    let latency = steady(args.rate, args.seconds, &args.out).await?;
+    let in_flight = args.max_in_flight_events;
+    let throughput = burst(args.events, args.endpoints, in_flight, &args.out).await?;
+    let latency = steady(args.rate, args.seconds, in_flight, &args.out).await?;
     Ok(json!({
         "scenario": "dispatch",
         "machine": Machine::read(),
@@ -33,11 +34,11 @@ pub async fn run(args: &RunArgs) -> anyhow::Result<serde_json::Value> {
     }))
 }
 
-fn bench_dispatcher_env(env: &TestEnv) -> Vec<(String, String)> {
+fn bench_dispatcher_env(env: &TestEnv, max_in_flight_events: usize) -> Vec<(String, String)> {
     let mut vars = dispatcher_env(env);
     vars.push((
         "HOOKSTREAM_DISPATCHER__MAX_IN_FLIGHT_EVENTS".into(),
-        "2000".into(),
+        max_in_flight_events.to_string(),
     ));
     vars
 }
@@ -78,7 +79,12 @@ async fn enqueue(env: &TestEnv, tenant: uuid::Uuid, n: i32) -> anyhow::Result<()
     Ok(())
 }
 
-fn start_services(env: &TestEnv, out: &Path, tag: &str) -> anyhow::Result<(ServiceProcess, ServiceProcess)> {
+fn start_services(
+    env: &TestEnv,
+    in_flight: usize,
+    out: &Path,
+    tag: &str,
+) -> anyhow::Result<(ServiceProcess, ServiceProcess)> {
     let relay = ServiceProcess::spawn(
         &release_bin("outbox-relay"),
         &service_env(env),
@@ -86,7 +92,7 @@ fn start_services(env: &TestEnv, out: &Path, tag: &str) -> anyhow::Result<(Servi
     )?;
     let dispatcher = ServiceProcess::spawn(
         &release_bin("dispatcher"),
-        &bench_dispatcher_env(env),
+        &bench_dispatcher_env(env, in_flight),
         &out.join(format!("dispatcher-{tag}.log")),
     )?;
     Ok((relay, dispatcher))
@@ -99,7 +105,12 @@ fn usage(p: &ServiceProcess) -> serde_json::Value {
     }
 }
 
-async fn burst(events: usize, fanout: usize, out: &Path) -> anyhow::Result<serde_json::Value> {
+async fn burst(
+    events: usize,
+    fanout: usize,
+    in_flight: usize,
+    out: &Path,
+) -> anyhow::Result<serde_json::Value> {
     let env = TestEnv::new(6).await?;
     let tenant = env.tenant("bench").await?;
     let receivers = receivers(&env, tenant, fanout).await?;
@@ -112,7 +123,7 @@ async fn burst(events: usize, fanout: usize, out: &Path) -> anyhow::Result<serde
     }
     let expected = events * fanout;
     let started = Instant::now();
-    let (relay, dispatcher) = start_services(&env, out, &format!("burst{fanout}"))?;
+    let (relay, dispatcher) = start_services(&env, in_flight, out, &format!("burst{fanout}"))?;
     let mut last = Instant::now();
     loop {
         let got: usize = receivers.iter().map(Receiver::count).sum();
@@ -161,11 +172,16 @@ async fn burst(events: usize, fanout: usize, out: &Path) -> anyhow::Result<serde
     }))
 }
 
-async fn steady(rate: usize, seconds: u64, out: &Path) -> anyhow::Result<serde_json::Value> {
+async fn steady(
+    rate: usize,
+    seconds: u64,
+    in_flight: usize,
+    out: &Path,
+) -> anyhow::Result<serde_json::Value> {
     let env = TestEnv::new(6).await?;
     let tenant = env.tenant("bench").await?;
     let receivers = receivers(&env, tenant, 1).await?;
-    let (relay, dispatcher) = start_services(&env, out, "steady")?;
+    let (relay, dispatcher) = start_services(&env, in_flight, out, "steady")?;
     tokio::time::sleep(Duration::from_secs(3)).await;
     eprintln!("[dispatch] latency phase: {rate} events/s for {seconds} s");
     let expected = rate * seconds as usize;

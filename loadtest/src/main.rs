@@ -56,6 +56,9 @@ pub struct RunArgs {
     /// Endpoints subscribed to every event (fan-out) in the dispatch scenario.
     #[arg(long, default_value_t = 1)]
     pub endpoints: usize,
+    /// The dispatcher's `max_in_flight_events` (events in flight; deliveries are this × fan-out).
+    #[arg(long, default_value_t = 2_000)]
+    pub max_in_flight_events: usize,
     /// Relay instances for the throughput phase (runs 1..=N).
     #[arg(long, default_value_t = 2)]
     pub relays: usize,

@@ -47,10 +47,19 @@ pub fn prepare() -> anyhow::Result<()> {
         .current_dir(&root)
         .status()?;
     anyhow::ensure!(ok.success(), "cargo build --release failed");
-    std::env::set_var(
-        "HOOKSTREAM_TEST_DATABASE_URL",
-        "postgres://postgres@127.0.0.1:5432/postgres",
-    );
+    // The stack the scripts started (their HOOKSTREAM_PG_PORT / HOOKSTREAM_KAFKA_PORT).
+    let port = |var: &str, default: &str| std::env::var(var).unwrap_or_else(|_| default.into());
+    if std::env::var("HOOKSTREAM_TEST_DATABASE_URL").is_err() {
+        let url = format!(
+            "postgres://postgres@127.0.0.1:{}/postgres",
+            port("HOOKSTREAM_PG_PORT", "5432")
+        );
+        std::env::set_var("HOOKSTREAM_TEST_DATABASE_URL", url);
+    }
+    if std::env::var("HOOKSTREAM_TEST_KAFKA_BROKERS").is_err() {
+        let brokers = format!("127.0.0.1:{}", port("HOOKSTREAM_KAFKA_PORT", "9092"));
+        std::env::set_var("HOOKSTREAM_TEST_KAFKA_BROKERS", brokers);
+    }
     Ok(())
 }
 
