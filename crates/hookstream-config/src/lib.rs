@@ -40,6 +40,7 @@ pub const SECTIONS: &[&str] = &[
     "delivery",
     "dispatcher",
     "retry",
+    "dlq",
 ];
 
 /// Loads a configuration: defaults, then `file` (if given), then the environment.

@@ -10,7 +10,9 @@
 
 #![forbid(unsafe_code)]
 
+pub mod dlq_sink;
 mod metrics;
+pub mod replay;
 pub mod retry;
 pub mod subscriptions;
 
@@ -52,6 +54,7 @@ pub struct Config {
     pub delivery: DeliveryConfig,
     pub dispatcher: DispatcherSettings,
     pub retry: RetryConfig,
+    pub dlq: dlq_sink::DlqConfig,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -189,6 +192,18 @@ pub async fn run(
             shutdown.clone(),
         ))
     });
+    let dlq_sink = cfg.dlq.sink_enabled.then(|| {
+        let grace = Duration::from_millis(cfg.dispatcher.shutdown_grace_ms);
+        let sink = dlq_sink::run(
+            shared.pool.clone(),
+            cfg.kafka.clone(),
+            cfg.dlq.clone(),
+            metrics.clone(),
+            grace,
+            shutdown.clone(),
+        );
+        tokio::spawn(sink)
+    });
     let slots = Arc::new(Semaphore::new(cfg.dispatcher.max_in_flight_events.max(1)));
     let (done_tx, mut done_rx) = mpsc::unbounded_channel::<Ticket>();
     let tasks = TaskTracker::new();
@@ -239,6 +254,13 @@ pub async fn run(
         match role.await {
             Ok(Err(e)) => tracing::error!(error = %e, "retry role stopped with an error"),
             Err(e) => tracing::error!(error = %e, "retry role panicked"),
+            Ok(Ok(())) => {}
+        }
+    }
+    if let Some(sink) = dlq_sink {
+        match sink.await {
+            Ok(Err(e)) => tracing::error!(error = %e, "DLQ sink stopped with an error"),
+            Err(e) => tracing::error!(error = %e, "DLQ sink panicked"),
             Ok(Ok(())) => {}
         }
     }

@@ -243,6 +243,9 @@ pub(crate) async fn run_role(
                 let ticket = tracker.lock().expect("tracker lock").begin(msg.topic(), msg.partition(), msg.offset(), timestamp_ms);
                 let payload = msg.payload().map(Bytes::copy_from_slice).unwrap_or_default();
                 shared.metrics.retry_consumed.with_label_values(&[tier_label(msg.topic(), &shared.retry)]).inc();
+                if let Some(kind) = crate::replay::replay_kind(&msg) {
+                    shared.metrics.dlq_replayed.with_label_values(&[kind]).inc();
+                }
                 let task = match DeliveryTask::decode(payload.clone()) {
                     Ok(t) if t.event.is_some() => t,
                     decoded => {
