@@ -4,10 +4,15 @@
 //! A replay produces a `DeliveryTask` with `attempt: 0` and the stored event envelope (so the
 //! same `webhook-id`) to the first retry tier, keyed by endpoint; the dispatchers' retry role
 //! delivers it when due with the same engine, signing and schedule as any delivery, and a
-//! failure goes round the retry tiers and back to the DLQ. Replays are rate-limited: task k
-//! of a replay is due `k / rate` seconds after the start, and tasks are produced at most
-//! `LEAD_MS` ahead of their due time, so a replay neither floods an endpoint that just
-//! recovered nor holds up the tier's ordinary retries for long. A dead letter is marked
+//! failure goes round the retry tiers and back to the DLQ.
+//!
+//! Replays are rate-limited twice. Task k of a replay is due `k / rate` seconds after the
+//! start and is produced when it is due, so the retry role takes it up at once: a replay
+//! never makes the tier hold (pause) a partition, and the tier's ordinary retries behind it
+//! are not held up. And each task carries the replay's interval
+//! (`1 / rate`) in a header: the retry role starts replayed deliveries to one endpoint at
+//! least that far apart (`ReplayPacer`), even when it took several up at once after a slow
+//! fetch, so a replay cannot flood an endpoint that just recovered. A dead letter is marked
 //! replayed only after Kafka acknowledged its task.
 
 use std::collections::HashMap;
@@ -33,10 +38,14 @@ use crate::now_ms;
 pub const REPLAY_HEADER: &str = "hookstream-replay";
 /// Kafka header on replayed tasks: the id of the dead letter replayed.
 pub const DEAD_LETTER_ID_HEADER: &str = "hookstream-dead-letter-id";
+/// Kafka header on replayed tasks: the least time between two replayed deliveries to one
+/// endpoint, in milliseconds (the replay's rate).
+pub const INTERVAL_HEADER: &str = "hookstream-replay-interval-ms";
 /// The default replay rate, deliveries per second.
 pub const DEFAULT_RATE_PER_S: f64 = 10.0;
-/// How far ahead of its due time a replayed task is produced.
-const LEAD_MS: i64 = 1_000;
+/// How far ahead of its due time a replayed task is produced. Zero: a task due in the future
+/// would make the retry role pause its partition, and every resume costs a fetch.
+const LEAD_MS: i64 = 0;
 /// Dead letters read from the database at a time.
 const PAGE: i64 = 500;
 /// Dead letters marked replayed per UPDATE.
@@ -159,6 +168,41 @@ pub(crate) fn replay_kind<M: Message>(msg: &M) -> Option<&'static str> {
     })
 }
 
+/// The replay interval a retry record asks for, from its header (clamped to 1 ms … 1 h).
+pub(crate) fn replay_interval_ms<M: Message>(msg: &M) -> Option<i64> {
+    msg.headers()?.iter().find_map(|h| {
+        (h.key == INTERVAL_HEADER)
+            .then(|| std::str::from_utf8(h.value?).ok()?.parse::<i64>().ok())
+            .flatten()
+            .map(|ms| ms.clamp(1, 3_600_000))
+    })
+}
+
+/// The retry role's memory of when it last started a replayed delivery to each endpoint.
+/// All of one endpoint's tasks are in one partition (keyed by endpoint), so one retry-role
+/// consumer sees them all.
+#[derive(Debug, Default)]
+pub(crate) struct ReplayPacer {
+    last_start_ms: HashMap<String, i64>,
+}
+
+impl ReplayPacer {
+    /// When a replayed task for `endpoint` may start: not before its due time, and at least
+    /// `interval_ms` after the previous one started (which is taken to be its slot, or now
+    /// when that slot has passed).
+    pub(crate) fn slot(&mut self, endpoint: &str, due_ms: i64, interval_ms: i64, now_ms: i64) -> i64 {
+        if self.last_start_ms.len() >= 10_000 {
+            self.last_start_ms.retain(|_, t| *t > now_ms - 3_600_000);
+        }
+        let slot = match self.last_start_ms.get(endpoint) {
+            Some(prev) => due_ms.max(prev.saturating_add(interval_ms)),
+            None => due_ms,
+        };
+        self.last_start_ms.insert(endpoint.to_string(), slot.max(now_ms));
+        slot
+    }
+}
+
 /// Produces replays and resends into the first retry tier.
 pub struct Replayer {
     pool: PgPool,
@@ -208,6 +252,7 @@ impl Replayer {
             return Err(ReplayError::BadRate(opts.rate_per_s));
         }
         let interval_ms = 1000.0 / opts.rate_per_s;
+        let interval_header = (interval_ms.ceil() as i64).max(1).to_string();
         let mut report = ReplayReport {
             dry_run: opts.dry_run,
             tier: self.tier.clone(),
@@ -285,6 +330,10 @@ impl Replayer {
                         .insert(Header {
                             key: DEAD_LETTER_ID_HEADER,
                             value: Some(id_text.as_str()),
+                        })
+                        .insert(Header {
+                            key: INTERVAL_HEADER,
+                            value: Some(interval_header.as_str()),
                         });
                     let record = FutureRecord::to(&self.tier)
                         .key(&key)
@@ -614,5 +663,23 @@ mod tests {
         let ms = v7_millis(id).unwrap();
         assert!((before..=now_ms()).contains(&ms));
         assert_eq!(v7_millis(Uuid::new_v4()), None);
+    }
+
+    #[test]
+    fn the_pacer_spaces_one_endpoints_replays_and_leaves_others_alone() {
+        let mut p = ReplayPacer::default();
+        // Three tasks taken up at once at t=1000, all already due.
+        assert_eq!(p.slot("a", 900, 100, 1_000), 900, "the first goes now");
+        assert_eq!(p.slot("a", 950, 100, 1_000), 1_100);
+        assert_eq!(p.slot("a", 990, 100, 1_000), 1_200);
+        assert_eq!(
+            p.slot("b", 990, 100, 1_000),
+            990,
+            "another endpoint is not held back"
+        );
+        // A task due later than the spacing keeps its due time.
+        assert_eq!(p.slot("a", 5_000, 100, 1_000), 5_000);
+        // Long after: the previous start was its slot, nothing to wait for.
+        assert_eq!(p.slot("a", 9_000, 100, 9_000), 9_000);
     }
 }

@@ -181,6 +181,7 @@ pub(crate) async fn run_role(
         )?,
     );
     let names: Vec<&str> = tiers.iter().map(|(_, t)| t.as_str()).collect();
+    let mut replay_pacer = crate::replay::ReplayPacer::default();
     consumer.subscribe(&names)?;
     tracing::info!(tiers = ?names, group = %shared.retry.group_id, "retry role consuming");
 
@@ -246,7 +247,7 @@ pub(crate) async fn run_role(
                 if let Some(kind) = crate::replay::replay_kind(&msg) {
                     shared.metrics.dlq_replayed.with_label_values(&[kind]).inc();
                 }
-                let task = match DeliveryTask::decode(payload.clone()) {
+                let mut task = match DeliveryTask::decode(payload.clone()) {
                     Ok(t) if t.event.is_some() => t,
                     decoded => {
                         let reason = match decoded {
@@ -271,6 +272,10 @@ pub(crate) async fn run_role(
                         continue;
                     }
                 };
+                if let Some(interval) = crate::replay::replay_interval_ms(&msg) {
+                    // A replay: at most its rate to one endpoint, however many arrived at once.
+                    task.due_at_ms = replay_pacer.slot(&task.endpoint_id, task.due_at_ms, interval, now_ms());
+                }
                 if task.due_at_ms > now_ms() {
                     // Hold the head of this partition until it is due; keep polling the others.
                     let mut tpl = TopicPartitionList::new();
