@@ -106,6 +106,11 @@ impl TestEnv {
         })
     }
 
+    /// The DLQ sink's consumer group for this test's dispatchers.
+    pub fn dlq_sink_group(&self) -> String {
+        format!("{}.dlq-sink", self.kafka.group_id)
+    }
+
     /// A log file path for a child process of this test.
     pub fn log_path(&self, name: &str) -> std::path::PathBuf {
         let dir = std::env::temp_dir().join("hookstream-tests").join(&self.name);

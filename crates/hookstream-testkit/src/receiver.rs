@@ -46,7 +46,7 @@ pub struct Received {
 }
 
 struct Inner {
-    behaviour: Behaviour,
+    behaviour: Mutex<Behaviour>,
     secret: Mutex<Option<String>>,
     received: Mutex<Vec<Received>>,
 }
@@ -61,7 +61,7 @@ pub struct Receiver {
 impl Receiver {
     pub async fn start(behaviour: Behaviour) -> Self {
         let inner = Arc::new(Inner {
-            behaviour,
+            behaviour: Mutex::new(behaviour),
             secret: Mutex::new(None),
             received: Mutex::new(Vec::new()),
         });
@@ -82,6 +82,11 @@ impl Receiver {
 
     pub fn url(&self) -> String {
         format!("http://{}/hook", self.addr)
+    }
+
+    /// Answers from now on as `behaviour` says (an endpoint that recovers, say).
+    pub fn set_behaviour(&self, behaviour: Behaviour) {
+        *self.inner.behaviour.lock().unwrap() = behaviour;
     }
 
     pub fn set_secret(&self, secret: &str) {
@@ -142,7 +147,8 @@ async fn handle(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Bytes
             .unwrap_or(0.0),
     });
     let nth = inner.received.lock().unwrap().len(); // this request's 1-based position
-    match inner.behaviour {
+    let behaviour = *inner.behaviour.lock().unwrap();
+    match behaviour {
         Behaviour::Ok => StatusCode::NO_CONTENT.into_response(),
         Behaviour::FailTimes(n, status) if nth <= n => StatusCode::from_u16(status)
             .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
