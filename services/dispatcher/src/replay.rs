@@ -41,6 +41,9 @@ pub const DEAD_LETTER_ID_HEADER: &str = "hookstream-dead-letter-id";
 /// Kafka header on replayed tasks: the least time between two replayed deliveries to one
 /// endpoint, in milliseconds (the replay's rate).
 pub const INTERVAL_HEADER: &str = "hookstream-replay-interval-ms";
+/// A paced replay due within this long is taken up and waits in its task; later ones are held
+/// like any retry (partition paused).
+pub(crate) const PACE_HORIZON_MS: i64 = 2_000;
 /// The default replay rate, deliveries per second.
 pub const DEFAULT_RATE_PER_S: f64 = 10.0;
 /// How far ahead of its due time a replayed task is produced. Zero: a task due in the future
@@ -92,6 +95,8 @@ pub enum ReplayError {
     },
     #[error("kafka did not acknowledge the task: {0}")]
     NotAcknowledged(String),
+    #[error("internal error: {0}")]
+    Internal(String),
 }
 
 /// How to replay.
@@ -207,13 +212,14 @@ impl ReplayPacer {
 pub struct Replayer {
     pool: PgPool,
     kafka: KafkaConfig,
-    producer: FutureProducer,
+    /// Connected on first use (a dry run, or a selection with nothing replayable, needs none).
+    producer: tokio::sync::OnceCell<FutureProducer>,
     tier: String,
 }
 
 impl Replayer {
-    /// Checks that replays can be delivered: retries on, the first tier's topic exists.
-    pub async fn new(pool: PgPool, kafka: &KafkaConfig, retry: &RetryConfig) -> Result<Self, ReplayError> {
+    /// Checks that replays can be delivered at all: retries on, a tier to replay into.
+    pub fn new(pool: PgPool, kafka: &KafkaConfig, retry: &RetryConfig) -> Result<Self, ReplayError> {
         if !retry.enabled {
             return Err(ReplayError::RetriesDisabled);
         }
@@ -223,20 +229,29 @@ impl Replayer {
             .next()
             .map(|(_, t)| t)
             .ok_or(ReplayError::NoTier)?;
-        let (k, t) = (kafka.clone(), tier.clone());
-        let exists = tokio::task::spawn_blocking(move || topic_partitions(&k, &t))
-            .await
-            .map_err(|e| ReplayError::NotAcknowledged(e.to_string()))??;
-        if exists == 0 {
-            return Err(ReplayError::TopicMissing(tier));
-        }
-        let producer = hookstream_kafka::producer_config(kafka, Duration::from_secs(30)).create()?;
         Ok(Self {
             pool,
             kafka: kafka.clone(),
-            producer,
+            producer: tokio::sync::OnceCell::new(),
             tier,
         })
+    }
+
+    /// The producer, after checking that the tier topic exists (producing to a missing topic
+    /// could create it with the broker's defaults, and no retry role would read it).
+    async fn producer(&self) -> Result<&FutureProducer, ReplayError> {
+        self.producer
+            .get_or_try_init(|| async {
+                let (k, t) = (self.kafka.clone(), self.tier.clone());
+                let partitions = tokio::task::spawn_blocking(move || topic_partitions(&k, &t))
+                    .await
+                    .map_err(|e| ReplayError::Internal(e.to_string()))??;
+                if partitions == 0 {
+                    return Err(ReplayError::TopicMissing(self.tier.clone()));
+                }
+                Ok(hookstream_kafka::producer_config(&self.kafka, Duration::from_secs(30)).create()?)
+            })
+            .await
     }
 
     /// The tier topic replays go to.
@@ -277,9 +292,8 @@ impl Replayer {
                         continue;
                     }
                 };
-                if !endpoint_state.contains_key(&endpoint) {
-                    let state = self.endpoint_usable(endpoint).await?;
-                    endpoint_state.insert(endpoint, state);
+                if let std::collections::hash_map::Entry::Vacant(slot) = endpoint_state.entry(endpoint) {
+                    slot.insert(self.endpoint_usable(endpoint).await?);
                 }
                 if let Some(Err(reason)) = endpoint_state.get(&endpoint) {
                     report.skipped.push(NotReplayed {
@@ -339,7 +353,7 @@ impl Replayer {
                         .key(&key)
                         .payload(&task)
                         .headers(headers);
-                    match self.producer.send_result(record) {
+                    match self.producer().await?.send_result(record) {
                         Ok(ack) => {
                             pending.push(async move { (id, ack.await) });
                             break;
@@ -434,7 +448,7 @@ impl Replayer {
         let found =
             tokio::task::spawn_blocking(move || find_event(&kafka, &topic, event_id, created_ms, window))
                 .await
-                .map_err(|e| ReplayError::NotAcknowledged(e.to_string()))??;
+                .map_err(|e| ReplayError::Internal(e.to_string()))??;
         let (event, position) = match found {
             Some((event, pos)) => (event, Some(pos)),
             None => {
@@ -481,7 +495,8 @@ impl Replayer {
                     key: REPLAY_HEADER,
                     value: Some("resend"),
                 }));
-        self.producer
+        self.producer()
+            .await?
             .send(record, Duration::from_secs(30))
             .await
             .map_err(|(e, _)| ReplayError::NotAcknowledged(e.to_string()))?;
