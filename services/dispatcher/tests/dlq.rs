@@ -189,9 +189,7 @@ async fn a_dead_letter_is_stored_with_its_reason_and_a_replay_delivers_it_with_t
 
     // The endpoint recovers; replay the dead letter by id.
     receiver.set_behaviour(Behaviour::Ok);
-    let replayer = Replayer::new(env.pool.clone(), &env.kafka, &cfg.retry)
-        .await
-        .unwrap();
+    let replayer = Replayer::new(env.pool.clone(), &env.kafka, &cfg.retry).unwrap();
     let report = replayer
         .replay(
             &Filter {
@@ -347,8 +345,11 @@ async fn storing_the_same_dlq_record_twice_writes_one_row() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_replay_reaches_the_receiver_no_faster_than_its_rate() {
+/// Replays 30 dead letters at 10/s and checks the receiver's arrival times. With
+/// `dispatcher_late`, the dispatcher starts only after the whole replay was produced, so the
+/// retry role takes every task up overdue at once: the pacing must then come from the
+/// retry role itself, not from the tasks' due times.
+async fn replay_at_rate(dispatcher_late: bool) {
     const N: usize = 30;
     const RATE: f64 = 10.0;
     let env = TestEnv::new(2).await.unwrap();
@@ -356,45 +357,47 @@ async fn a_replay_reaches_the_receiver_no_faster_than_its_rate() {
     let receiver = Receiver::start(Behaviour::Ok).await;
     let ep = env.endpoint(tenant, &receiver, &[]).await.unwrap();
     let cfg = config(&env, vec![1_000]);
-    let token = start(&env, cfg.clone(), Registry::new());
-    let p = producer(&env);
     let mut want = HashSet::new();
     for n in 0..N {
         let e = event(tenant, n);
         want.insert(e.event_id.clone());
-        let letter = DeadLetter {
-            event: Some(e),
-            endpoint_id: ep.to_string(),
-            tenant_id: tenant.to_string(),
+        let row = NewDeadLetter {
+            tenant_id: Some(tenant),
+            endpoint_id: Some(ep),
+            event_id: e.event_id.parse().ok(),
+            event_type: e.event_type.clone(),
             reason: "gave up after 8 attempts: HTTP 503".into(),
             error_class: "http_5xx".into(),
             last_status: 503,
             attempts: 8,
-            dead_at_ms: chrono::Utc::now().timestamp_millis(),
-            ..Default::default()
+            first_attempt_at: None,
+            dead_at: chrono::Utc::now(),
+            source: Position {
+                topic: env.kafka.topics.dlq.clone(),
+                partition: 0,
+                offset: n as i64,
+            },
+            origin: None,
+            event: Some(e.encode_to_vec()),
+            raw: None,
+            last_response: None,
         };
-        produce(
-            &p,
-            &env.kafka.topics.dlq,
-            &ep.to_string(),
-            &letter.encode_to_vec(),
-        )
-        .await;
+        dead_letters::insert(&env.pool, &row).await.unwrap();
     }
+    let tier = cfg.retry.tiers()[0].1.clone();
+    hookstream_kafka::ensure_topics(&env.kafka, &[(tier.as_str(), env.partitions)], 1)
+        .await
+        .unwrap();
+    let mut token = None;
+    if !dispatcher_late {
+        token = Some(start(&env, cfg.clone(), Registry::new()));
+        tokio::time::sleep(Duration::from_secs(3)).await; // let the retry role join its group
+    }
+    let replayer = Replayer::new(env.pool.clone(), &env.kafka, &cfg.retry).unwrap();
     let by_endpoint = Filter {
         endpoint: Some(ep),
         ..Default::default()
     };
-    assert!(
-        eventually(Duration::from_secs(30), || async {
-            rows(&env, &by_endpoint).await.len() == N
-        })
-        .await
-    );
-
-    let replayer = Replayer::new(env.pool.clone(), &env.kafka, &cfg.retry)
-        .await
-        .unwrap();
     let report = replayer
         .replay(
             &by_endpoint,
@@ -406,8 +409,9 @@ async fn a_replay_reaches_the_receiver_no_faster_than_its_rate() {
         .await
         .unwrap();
     assert_eq!(report.replayed.len(), N);
+    let token = token.unwrap_or_else(|| start(&env, cfg.clone(), Registry::new()));
     assert!(
-        eventually(Duration::from_secs(30), || async { receiver.count() >= N }).await,
+        eventually(Duration::from_secs(40), || async { receiver.count() >= N }).await,
         "every replay delivered"
     );
     let got = receiver.received();
@@ -424,7 +428,7 @@ async fn a_replay_reaches_the_receiver_no_faster_than_its_rate() {
             let floor = (j - i) as f64 / RATE - 0.1;
             assert!(
                 span >= floor,
-                "arrivals {i}..{j} took {span:.3} s, faster than {RATE}/s allows ({floor:.3} s); arrivals {at:?}"
+                "arrivals {i}..{j} took {span:.3} s, faster than {RATE}/s allows ({floor:.3} s); arrivals {at:.3?}"
             );
         }
     }
@@ -435,6 +439,16 @@ async fn a_replay_reaches_the_receiver_no_faster_than_its_rate() {
     );
     println!("{N} replays at {RATE}/s arrived over {total:.2} s: {at:.2?}");
     token.cancel();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_reaches_the_receiver_no_faster_than_its_rate() {
+    replay_at_rate(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_taken_up_all_at_once_is_still_paced_by_the_retry_role() {
+    replay_at_rate(true).await;
 }
 
 /// Publishes `n` events one by one through the outbox and returns the median latency from
