@@ -264,7 +264,7 @@ async fn replay(
         }
         return Ok(());
     }
-    let replayer = Replayer::new(pool.clone(), kafka, retry).await?;
+    let replayer = Replayer::new(pool.clone(), kafka, retry)?;
     if !a.json && !a.dry_run {
         eprintln!(
             "replaying up to {selected} dead letters into {} at {}/s (about {:.0} s)…",
@@ -312,7 +312,9 @@ async fn replay(
 
 fn print_report(r: &ReplayReport, rate: f64) {
     let n = r.replayed.len();
-    if r.dry_run {
+    if n == 0 {
+        // Nothing to say on stdout; the reasons follow on stderr.
+    } else if r.dry_run {
         let shown: Vec<String> = r.replayed.iter().take(20).map(|i| i.to_string()).collect();
         let more = if n > 20 { ", …" } else { "" };
         println!(
@@ -345,7 +347,7 @@ pub async fn resend(
     retry: &RetryConfig,
 ) -> anyhow::Result<()> {
     let window = parse_duration(&a.window).context("--window")?;
-    let replayer = Replayer::new(pool.clone(), kafka, retry).await?;
+    let replayer = Replayer::new(pool.clone(), kafka, retry)?;
     let sent = replayer.resend(a.event_id, a.endpoint, window).await?;
     if a.json {
         println!("{}", serde_json::to_string(&sent)?);
@@ -513,7 +515,10 @@ fn print_show(d: &DeadLetterDetail) {
     println!("  attempts:      {}", l.attempts);
     println!("  tenant:        {}", opt_id(l.tenant_id));
     println!("  endpoint:      {}", opt_id(l.endpoint_id));
-    println!("  event:         {} {}", opt_id(l.event_id), l.event_type);
+    println!(
+        "  event:         {}",
+        format!("{} {}", opt_id(l.event_id), l.event_type).trim_end()
+    );
     if let Some(t) = l.first_attempt_at {
         println!("  first attempt: {} UTC", when(t));
     }
