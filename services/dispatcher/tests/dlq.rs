@@ -283,25 +283,13 @@ async fn poison_on_the_dlq_topic_is_stored_as_decode_with_its_bytes_and_the_part
     assert_eq!(good.last_response.as_deref(), Some(&b"no such hook"[..]));
 
     // The sink committed past both records.
-    let mut cfg = hookstream_kafka::client_config(&env.kafka);
-    cfg.set("group.id", env.dlq_sink_group());
-    let reader: hookstream_kafka::rdkafka::consumer::BaseConsumer = cfg.create().unwrap();
-    let committed = || {
-        use hookstream_kafka::rdkafka::consumer::Consumer;
-        let mut tpl = hookstream_kafka::rdkafka::TopicPartitionList::new();
-        tpl.add_partition(&env.kafka.topics.dlq, 0);
-        reader
-            .committed_offsets(tpl, Duration::from_secs(5))
-            .ok()
-            .and_then(|c| c.elements().first().map(|e| e.offset()))
-    };
     assert!(
         eventually(Duration::from_secs(10), || async {
-            committed() == Some(hookstream_kafka::rdkafka::Offset::Offset(2))
+            sink_committed(&env) == Some(2)
         })
         .await,
         "the sink's offset moved past the poison: {:?}",
-        committed()
+        sink_committed(&env)
     );
     assert_eq!(
         counter(&registry, "hookstream_dlq_stored_total", ("result", "stored")),
@@ -542,4 +530,102 @@ async fn ten_thousand_waiting_retries_do_not_slow_the_main_path() {
         "none of the waiting retries was delivered early"
     );
     token.cancel();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sink_waits_out_a_database_failure_and_skips_nothing() {
+    let env = TestEnv::new(1).await.unwrap();
+    let registry = Registry::new();
+    let token = start(&env, config(&env, vec![1_000]), registry.clone());
+    // Inserts fail (not a data error: the table is gone) until it is renamed back.
+    sqlx_exec(
+        &env,
+        "ALTER TABLE hookstream.dead_letters RENAME TO dead_letters_away",
+    )
+    .await;
+    let p = producer(&env);
+    let tenant = Uuid::now_v7();
+    for n in 0..3 {
+        let letter = DeadLetter {
+            event: Some(event(tenant, n)),
+            tenant_id: tenant.to_string(),
+            endpoint_id: Uuid::now_v7().to_string(),
+            reason: "permanent failure: HTTP 400".into(),
+            error_class: "http_4xx".into(),
+            last_status: 400,
+            attempts: 1,
+            ..Default::default()
+        };
+        produce(&p, &env.kafka.topics.dlq, "", &letter.encode_to_vec()).await;
+    }
+    assert!(
+        eventually(Duration::from_secs(20), || async {
+            counter_value(&registry, "hookstream_dlq_store_errors_total") >= 2.0
+        })
+        .await,
+        "the sink keeps trying"
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await; // auto-commit would have run
+    assert_eq!(
+        sink_committed(&env),
+        None,
+        "nothing committed while the rows are not stored"
+    );
+    sqlx_exec(
+        &env,
+        "ALTER TABLE hookstream.dead_letters_away RENAME TO dead_letters",
+    )
+    .await;
+    assert!(
+        eventually(Duration::from_secs(60), || async {
+            rows(&env, &Filter::default()).await.len() == 3
+        })
+        .await,
+        "every record stored once the database is back"
+    );
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            sink_committed(&env) == Some(3)
+        })
+        .await,
+        "then committed"
+    );
+    token.cancel();
+}
+
+async fn sqlx_exec(env: &TestEnv, sql: &str) {
+    hookstream_store::sqlx::query(sql)
+        .execute(&env.pool)
+        .await
+        .unwrap();
+}
+
+fn counter_value(registry: &Registry, name: &str) -> f64 {
+    registry
+        .gather()
+        .iter()
+        .filter(|f| f.name() == name)
+        .flat_map(|f| f.get_metric().iter())
+        .map(|m| m.get_counter().get_value())
+        .sum()
+}
+
+/// The DLQ sink's committed offset on partition 0 of the DLQ topic.
+fn sink_committed(env: &TestEnv) -> Option<i64> {
+    use hookstream_kafka::rdkafka::consumer::{BaseConsumer, Consumer};
+    let mut cfg = hookstream_kafka::client_config(&env.kafka);
+    cfg.set("group.id", env.dlq_sink_group());
+    let reader: BaseConsumer = cfg.create().unwrap();
+    let mut tpl = hookstream_kafka::rdkafka::TopicPartitionList::new();
+    tpl.add_partition(&env.kafka.topics.dlq, 0);
+    match reader
+        .committed_offsets(tpl, Duration::from_secs(5))
+        .ok()?
+        .elements()
+        .first()?
+        .offset()
+    {
+        hookstream_kafka::rdkafka::Offset::Offset(o) => Some(o),
+        _ => None,
+    }
 }
