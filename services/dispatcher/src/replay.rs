@@ -465,7 +465,7 @@ impl Replayer {
                 }
             }
         };
-        if event.tenant_id != ep.tenant_id.to_string() {
+        if Uuid::parse_str(&event.tenant_id).ok() != Some(ep.tenant_id) {
             return Err(ReplayError::TenantMismatch {
                 event: event_id,
                 event_tenant: event.tenant_id.clone(),
