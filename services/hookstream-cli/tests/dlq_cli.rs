@@ -279,6 +279,26 @@ async fn dlq_list_show_stats_replay_and_event_resend() {
         eventually(Duration::from_secs(20), || async { copies(fresh) == 2 }).await,
         "resent with the same webhook-id"
     );
+    let other_receiver = Receiver::start(Behaviour::Ok).await;
+    let other_tenant = env.tenant("other").await.unwrap();
+    let other_ep = env.endpoint(other_tenant, &other_receiver, &[]).await.unwrap();
+    let across = hookstream(
+        &env,
+        &[
+            "event",
+            "resend",
+            &fresh.to_string(),
+            "--endpoint",
+            &other_ep.to_string(),
+        ],
+    )
+    .await;
+    assert_eq!(across.code, Some(1));
+    assert!(
+        across.stderr.contains("refusing to send it across tenants"),
+        "{}",
+        across.stderr
+    );
     let unknown = hookstream(
         &env,
         &[
@@ -292,5 +312,7 @@ async fn dlq_list_show_stats_replay_and_event_resend() {
     .await;
     assert_eq!(unknown.code, Some(1));
     assert!(unknown.stderr.contains("not found"), "{}", unknown.stderr);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(other_receiver.count(), 0, "nothing crossed tenants");
     token.cancel();
 }
