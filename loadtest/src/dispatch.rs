@@ -48,6 +48,7 @@ async fn receivers(env: &TestEnv, tenant: uuid::Uuid, n: usize) -> anyhow::Resul
         let r = Receiver::start(Behaviour::Ok).await;
         let (_, secret) = endpoints::create(
             &env.pool,
+            &env.sealer(),
             NewEndpoint {
                 tenant_id: tenant,
                 url: r.url(),

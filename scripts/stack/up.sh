@@ -24,6 +24,12 @@ bash "$REPO_ROOT/scripts/stack/infra.sh" start
 log "2/6 building the services (cargo build; the first build takes a few minutes)"
 (cd "$REPO_ROOT" && cargo build --quiet --bins)
 
+# The key that seals endpoint secrets at rest. This one is for the local stack only; a
+# deployment sets HOOKSTREAM_SECRETS__KEY (or __KEY_FILE) from its secret store.
+key_file="$STATE_DIR/secrets.key"
+if [[ ! -s "$key_file" ]]; then (umask 077; "$HS" secrets generate-key --id local >"$key_file"); fi
+export HOOKSTREAM_SECRETS__KEY_FILE="$key_file"
+
 log "3/6 migrating the database and creating topics"
 "$HS" migrate
 "$HS" topics create --partitions 6

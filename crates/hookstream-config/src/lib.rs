@@ -41,6 +41,7 @@ pub const SECTIONS: &[&str] = &[
     "dispatcher",
     "retry",
     "dlq",
+    "secrets",
 ];
 
 /// Loads a configuration: defaults, then `file` (if given), then the environment.
@@ -245,6 +246,55 @@ impl RetryConfig {
             .or(tiers.last())
             .map(|(_, t)| t.clone())
             .unwrap_or_else(|| format!("{}0s", self.topic_prefix))
+    }
+}
+
+/// The keys that seal endpoint signing secrets at rest (AES-256-GCM). A key is written
+/// `<id>:<64 hex digits>` (32 random bytes; `hookstream secrets generate-key` makes one).
+/// `key` seals new secrets; it and `previous_keys` open existing ones, so a key can be
+/// rotated: add the new key as `key`, move the old one to `previous_keys`, run
+/// `hookstream secrets seal` to re-seal every secret, then drop the old key.
+/// `key_file` names a file with one key per line (first line: the sealing key), for keys
+/// mounted from a secret store; it is read when `key` is empty.
+#[derive(Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct SecretsConfig {
+    pub key: String,
+    pub previous_keys: Vec<String>,
+    pub key_file: Option<std::path::PathBuf>,
+}
+
+impl std::fmt::Debug for SecretsConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SecretsConfig")
+            .field("key", &if self.key.is_empty() { "" } else { "<redacted>" })
+            .field(
+                "previous_keys",
+                &format!("<{} redacted>", self.previous_keys.len()),
+            )
+            .field("key_file", &self.key_file)
+            .finish()
+    }
+}
+
+impl SecretsConfig {
+    /// Every configured key, the sealing key first (empty when none is configured).
+    pub fn keys(&self) -> Result<Vec<String>, ConfigError> {
+        let mut keys = Vec::new();
+        if !self.key.is_empty() {
+            keys.push(self.key.trim().to_string());
+        } else if let Some(path) = &self.key_file {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| ConfigError(format!("cannot read secrets.key_file {}: {e}", path.display())))?;
+            keys.extend(
+                text.lines()
+                    .map(str::trim)
+                    .filter(|l| !l.is_empty() && !l.starts_with('#'))
+                    .map(String::from),
+            );
+        }
+        keys.extend(self.previous_keys.iter().map(|k| k.trim().to_string()));
+        Ok(keys)
     }
 }
 

@@ -9,6 +9,7 @@ pub mod dead_letters;
 pub mod endpoints;
 pub mod filter;
 pub mod outbox;
+pub mod sealing;
 pub mod tenants;
 pub mod wakeup;
 
@@ -32,6 +33,8 @@ pub enum StoreError {
     Database(#[from] sqlx::Error),
     #[error("migration failed: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error(transparent)]
+    Seal(#[from] sealing::SealError),
 }
 
 impl StoreError {

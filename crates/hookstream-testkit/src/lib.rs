@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use hookstream_config::{DatabaseConfig, KafkaConfig, RetryConfig, TopicsConfig};
+use hookstream_config::{DatabaseConfig, KafkaConfig, RetryConfig, SecretsConfig, TopicsConfig};
 use hookstream_kafka::rdkafka::consumer::{BaseConsumer, Consumer};
 use hookstream_kafka::rdkafka::{Message as _, Offset, TopicPartitionList};
 use hookstream_store::outbox::NewEvent;
@@ -34,6 +34,8 @@ pub struct TestEnv {
     /// Retry tiers with this test's own topic prefix and group (default schedule; tests that
     /// exercise retries compress it).
     pub retry: RetryConfig,
+    /// This test's own key for sealing endpoint secrets.
+    pub secrets: SecretsConfig,
 }
 
 fn base_database_url() -> String {
@@ -103,12 +105,21 @@ impl TestEnv {
             pool,
             partitions,
             retry,
+            secrets: SecretsConfig {
+                key: hookstream_store::sealing::Sealer::generate_key("test"),
+                ..Default::default()
+            },
         })
     }
 
     /// The DLQ sink's consumer group for this test's dispatchers.
     pub fn dlq_sink_group(&self) -> String {
         format!("{}.dlq-sink", self.kafka.group_id)
+    }
+
+    /// Seals and opens endpoint secrets with this test's key.
+    pub fn sealer(&self) -> hookstream_store::sealing::Sealer {
+        hookstream_store::sealing::Sealer::from_config(&self.secrets).expect("the test key is valid")
     }
 
     /// A log file path for a child process of this test.
@@ -129,17 +140,27 @@ impl TestEnv {
         receiver: &Receiver,
         event_types: &[&str],
     ) -> anyhow::Result<Uuid> {
-        let (ep, secret) = hookstream_store::endpoints::create(
-            &self.pool,
-            hookstream_store::endpoints::NewEndpoint {
-                tenant_id: tenant,
-                url: receiver.url(),
-                event_types: event_types.iter().map(|s| s.to_string()).collect(),
-                timeout_ms: Some(5_000),
-                ..Default::default()
-            },
-        )
-        .await?;
+        let new = hookstream_store::endpoints::NewEndpoint {
+            tenant_id: tenant,
+            event_types: event_types.iter().map(|s| s.to_string()).collect(),
+            timeout_ms: Some(5_000),
+            ..Default::default()
+        };
+        self.endpoint_with(receiver, new).await
+    }
+
+    /// Creates an endpoint for `receiver` with `new`'s settings (its url is the receiver's)
+    /// and hands the receiver its secret.
+    pub async fn endpoint_with(
+        &self,
+        receiver: &Receiver,
+        new: hookstream_store::endpoints::NewEndpoint,
+    ) -> anyhow::Result<Uuid> {
+        let new = hookstream_store::endpoints::NewEndpoint {
+            url: receiver.url(),
+            ..new
+        };
+        let (ep, secret) = hookstream_store::endpoints::create(&self.pool, &self.sealer(), new).await?;
         receiver.set_secret(&secret.expose());
         Ok(ep.id)
     }

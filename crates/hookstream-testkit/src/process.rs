@@ -79,6 +79,7 @@ pub fn service_env(env: &crate::TestEnv) -> Vec<(String, String)> {
         ("HOOKSTREAM_TELEMETRY__LISTEN", "127.0.0.1:0"),
         ("HOOKSTREAM_RETRY__TOPIC_PREFIX", env.retry.topic_prefix.as_str()),
         ("HOOKSTREAM_RETRY__GROUP_ID", env.retry.group_id.as_str()),
+        ("HOOKSTREAM_SECRETS__KEY", env.secrets.key.as_str()),
     ]
     .iter()
     .map(|(k, v)| (k.to_string(), v.to_string()))

@@ -26,6 +26,8 @@ pub enum Behaviour {
     FailTimes(usize, u16),
     /// The first request gets 503 with `Retry-After: secs`, later ones 204.
     RetryAfter(u64),
+    /// Never answers (a black hole): the connection stays open until the client gives up.
+    Hang,
 }
 
 /// One delivery as the receiver saw it.
@@ -84,13 +86,13 @@ impl Receiver {
         format!("http://{}/hook", self.addr)
     }
 
-    /// Answers from now on as `behaviour` says (an endpoint that recovers, say).
-    pub fn set_behaviour(&self, behaviour: Behaviour) {
-        *self.inner.behaviour.lock().unwrap() = behaviour;
-    }
-
     pub fn set_secret(&self, secret: &str) {
         *self.inner.secret.lock().unwrap() = Some(secret.to_string());
+    }
+
+    /// Changes how later requests are answered (an endpoint that recovers, say).
+    pub fn set_behaviour(&self, behaviour: Behaviour) {
+        *self.inner.behaviour.lock().unwrap() = behaviour;
     }
 
     pub fn received(&self) -> Vec<Received> {
@@ -168,5 +170,9 @@ async fn handle(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Bytes
             StatusCode::NO_CONTENT.into_response()
         }
         Behaviour::Redirect(to) => (StatusCode::FOUND, [("location", to)]).into_response(),
+        Behaviour::Hang => {
+            tokio::time::sleep(std::time::Duration::from_secs(3600)).await;
+            StatusCode::NO_CONTENT.into_response()
+        }
     }
 }

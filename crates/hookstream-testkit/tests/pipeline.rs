@@ -61,6 +61,7 @@ fn start_dispatcher(env: &TestEnv) -> Service {
             jitter: 0.0,
             ..env.retry.clone()
         },
+        secrets: env.secrets.clone(),
         ..Default::default()
     };
     // Receivers run on loopback: allow-list it explicitly, as the local stack does.

@@ -11,6 +11,7 @@
 #![forbid(unsafe_code)]
 
 pub mod dlq_sink;
+pub mod isolation;
 mod metrics;
 pub mod replay;
 pub mod retry;
@@ -21,7 +22,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use hookstream_config::{DatabaseConfig, KafkaConfig, RetryConfig, TelemetryConfig};
+use hookstream_config::{DatabaseConfig, KafkaConfig, RetryConfig, SecretsConfig, TelemetryConfig};
 use hookstream_delivery::{DeliveryConfig, Engine, ErrorClass, Message, Outcome, Target, Verdict};
 use hookstream_kafka::rdkafka::consumer::{
     BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer,
@@ -32,9 +33,11 @@ use hookstream_kafka::rdkafka::{ClientContext, Message as _, Offset, TopicPartit
 use hookstream_kafka::tracker::{OffsetTracker, Ticket};
 use hookstream_proto::{AttemptRecord, DeadLetter, EventEnvelope, Message as _, SourcePosition};
 use hookstream_store::endpoints::ActiveEndpoint;
+use hookstream_store::sealing::Sealer;
 use hookstream_store::StoreError;
 use hookstream_telemetry::prometheus::Registry;
 use hookstream_telemetry::Health;
+use isolation::{Isolation, IsolationSettings};
 use serde::{Deserialize, Serialize};
 use subscriptions::{Route, Subscriptions};
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
@@ -55,6 +58,8 @@ pub struct Config {
     pub dispatcher: DispatcherSettings,
     pub retry: RetryConfig,
     pub dlq: dlq_sink::DlqConfig,
+    /// Keys that open the endpoints' signing secrets (sealed at rest).
+    pub secrets: SecretsConfig,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -67,6 +72,13 @@ pub struct DispatcherSettings {
     /// How long SIGTERM waits for in-flight deliveries before exiting (keep it below the
     /// pod's termination grace period). Unfinished work is redelivered by the next owner.
     pub shutdown_grace_ms: u64,
+    /// An endpoint failing with no success for this long is disabled (default: 5 days).
+    pub disable_after_failing_ms: u64,
+    /// Publish an `endpoint.disabled` event to the tenant (through the outbox, in the same
+    /// transaction as the change) when the dispatcher disables one of its endpoints.
+    pub publish_endpoint_disabled: bool,
+    /// Circuit breakers, rate limits and concurrency caps per endpoint.
+    pub isolation: IsolationSettings,
 }
 
 impl Default for DispatcherSettings {
@@ -75,6 +87,9 @@ impl Default for DispatcherSettings {
             max_in_flight_events: 1000,
             subscription_refresh_ms: 5_000,
             shutdown_grace_ms: 20_000,
+            disable_after_failing_ms: 5 * 86_400_000,
+            publish_endpoint_disabled: false,
+            isolation: IsolationSettings::default(),
         }
     }
 }
@@ -89,6 +104,8 @@ pub enum DispatchError {
     Engine(#[from] hookstream_delivery::EngineError),
     #[error("retry topics: {0}")]
     Topics(String),
+    #[error("invalid configuration: {0}")]
+    Config(String),
 }
 
 /// Clears a partition's tracking state when it is revoked, before anyone else owns it.
@@ -128,8 +145,12 @@ pub(crate) struct Shared {
     retry: RetryConfig,
     metrics: DispatcherMetrics,
     shutdown: CancellationToken,
-    /// Per-endpoint caps on concurrent requests.
-    endpoint_slots: Mutex<HashMap<Uuid, Arc<Semaphore>>>,
+    /// Per-endpoint breakers, rate limits and concurrency caps.
+    isolation: Isolation,
+    /// Since when each endpoint has been failing (ms), as far as this instance knows; absent
+    /// means "as the subscription snapshot says".
+    failing_since: Mutex<HashMap<Uuid, Option<i64>>>,
+    settings: DispatcherSettings,
 }
 
 /// Runs the dispatcher until `shutdown` is cancelled, then drains (see `DispatcherSettings`).
@@ -139,12 +160,17 @@ pub async fn run(
     health: Health,
     shutdown: CancellationToken,
 ) -> Result<(), DispatchError> {
+    cfg.dispatcher
+        .isolation
+        .validate()
+        .map_err(DispatchError::Config)?;
+    let sealer = Sealer::from_config(&cfg.secrets).map_err(|e| DispatchError::Config(e.to_string()))?;
     let metrics = DispatcherMetrics::register(registry);
     let pool = hookstream_store::connect(&cfg.database).await?;
     if cfg.database.migrate_on_start {
         hookstream_store::migrate(&pool).await?;
     }
-    let subs = Subscriptions::load(pool.clone()).await?;
+    let subs = Subscriptions::load(pool.clone(), sealer).await?;
     let watcher = tokio::spawn(subs.clone().watch(
         Duration::from_millis(cfg.dispatcher.subscription_refresh_ms),
         shutdown.clone(),
@@ -170,8 +196,11 @@ pub async fn run(
         retry: cfg.retry.clone(),
         metrics: metrics.clone(),
         shutdown: shutdown.clone(),
-        endpoint_slots: Mutex::new(HashMap::new()),
+        isolation: Isolation::new(cfg.dispatcher.isolation.clone(), metrics.clone()),
+        failing_since: Mutex::new(HashMap::new()),
+        settings: cfg.dispatcher.clone(),
     });
+    let evictor = tokio::spawn(evict_idle_guards(shared.clone(), shutdown.clone()));
 
     let lag = tokio::spawn(watch_lag(
         consumer.clone(),
@@ -266,6 +295,7 @@ pub async fn run(
     }
     watcher.abort();
     lag.abort();
+    evictor.abort();
     tracing::info!("dispatcher stopped");
     Ok(())
 }
@@ -417,15 +447,25 @@ pub(crate) async fn attempt(
     first_attempt_at_ms: i64,
     origin: &SourcePosition,
 ) -> bool {
-    let cap = {
-        let mut slots = shared.endpoint_slots.lock().expect("slots lock");
-        slots
-            .entry(ep.endpoint.id)
-            .or_insert_with(|| Arc::new(Semaphore::new(ep.endpoint.max_in_flight.max(1) as usize)))
-            .clone()
+    let admitted = tokio::select! {
+        admitted = shared.isolation.admit(&ep.endpoint, shared.retry.enabled) => admitted,
+        _ = shared.shutdown.cancelled() => return false,
     };
-    let Ok(_slot) = cap.acquire_owned().await else {
-        return false;
+    let pass = match admitted {
+        Ok(pass) => pass,
+        // Refused by the breaker, the rate limit or the concurrency cap: no attempt was made.
+        Err(refusal) => {
+            return retry::defer(
+                shared,
+                event,
+                ep.endpoint.id,
+                attempt - 1,
+                first_attempt_at_ms,
+                origin,
+                refusal,
+            )
+            .await
+        }
     };
     let started_ms = now_ms();
     let target = Target {
@@ -439,9 +479,13 @@ pub(crate) async fn attempt(
         body: &event.payload,
         attempt,
     };
+    shared.metrics.requests_in_flight.inc();
     let outcome = shared.engine.deliver(target, msg).await;
+    shared.metrics.requests_in_flight.dec();
+    pass.finish(outcome.verdict, outcome.class);
     record(shared, &outcome);
     log_attempt(shared, event, ep, attempt, started_ms, &outcome);
+    track_health(shared, ep, &outcome).await;
     let first_attempt_at_ms = if attempt == 1 {
         started_ms
     } else {
@@ -469,7 +513,7 @@ pub(crate) async fn attempt(
             }
         }
         Verdict::Gone => {
-            disable_gone(shared, ep).await;
+            disable(shared, ep, "gone", "receiver answered 410 Gone".into(), None).await;
             describe(&outcome)
         }
         _ => describe(&outcome),
@@ -627,18 +671,117 @@ async fn watch_lag(
     }
 }
 
-async fn disable_gone(shared: &Shared, ep: &ActiveEndpoint) {
-    let reason = "receiver answered 410 Gone";
-    match hookstream_store::endpoints::set_enabled(&shared.pool, ep.endpoint.id, false, Some(reason)).await {
-        Ok(()) => {
+/// Keeps `failing_since` (in the database and in memory) in step with outcomes, touching
+/// the database only when an endpoint turns from healthy to failing or back. An endpoint
+/// failing with no success for `disable_after_failing_ms` is disabled.
+async fn track_health(shared: &Shared, ep: &ActiveEndpoint, outcome: &Outcome) {
+    let id = ep.endpoint.id;
+    let known = shared
+        .failing_since
+        .lock()
+        .expect("health lock")
+        .get(&id)
+        .copied()
+        .unwrap_or_else(|| ep.endpoint.failing_since.map(|t| t.timestamp_millis()));
+    match outcome.verdict {
+        Verdict::Delivered => {
+            if known.is_some() {
+                if let Err(e) = hookstream_store::endpoints::mark_healthy(&shared.pool, id).await {
+                    tracing::warn!(endpoint_id = %id, error = %e, "could not record the endpoint's recovery");
+                    return;
+                }
+                tracing::info!(endpoint_id = %id, "endpoint recovered");
+            }
+            shared.failing_since.lock().expect("health lock").insert(id, None);
+        }
+        Verdict::Gone => {}
+        Verdict::Retryable | Verdict::Permanent => {
+            let since = match known {
+                Some(since) => since,
+                None => match hookstream_store::endpoints::mark_failing(&shared.pool, id).await {
+                    Ok(Some(since)) => since.timestamp_millis(),
+                    Ok(None) => return, // disabled or deleted meanwhile
+                    Err(e) => {
+                        tracing::warn!(endpoint_id = %id, error = %e, "could not record the endpoint's failure");
+                        return;
+                    }
+                },
+            };
+            shared
+                .failing_since
+                .lock()
+                .expect("health lock")
+                .insert(id, Some(since));
+            let window = shared.settings.disable_after_failing_ms;
+            if now_ms() - since >= window as i64 {
+                let reason = format!(
+                    "no successful delivery for {} (failing since {})",
+                    humanize_ms(window),
+                    chrono::DateTime::from_timestamp_millis(since)
+                        .unwrap_or_default()
+                        .to_rfc3339()
+                );
+                disable(shared, ep, "failing", reason, Some(Duration::from_millis(window))).await;
+            }
+        }
+    }
+}
+
+fn humanize_ms(ms: u64) -> String {
+    match ms {
+        ms if ms >= 86_400_000 && ms % 86_400_000 == 0 => format!("{} days", ms / 86_400_000),
+        ms if ms >= 3_600_000 && ms % 3_600_000 == 0 => format!("{} h", ms / 3_600_000),
+        ms if ms % 1_000 == 0 => format!("{} s", ms / 1_000),
+        ms => format!("{ms} ms"),
+    }
+}
+
+/// Disables an endpoint (on 410, or failing too long: `failing_for` re-checks that in the
+/// database, where another instance may have seen a success) and, when configured, publishes
+/// `endpoint.disabled` to its tenant in the same transaction.
+async fn disable(
+    shared: &Shared,
+    ep: &ActiveEndpoint,
+    label: &str,
+    reason: String,
+    failing_for: Option<Duration>,
+) {
+    let id = ep.endpoint.id;
+    let notice = shared.settings.publish_endpoint_disabled.then(|| {
+        hookstream_producer::Event::new(
+            ep.endpoint.tenant_id,
+            "endpoint.disabled",
+            serde_json::json!({
+                "endpoint_id": id,
+                "url": ep.endpoint.url,
+                "reason": reason,
+                "disabled_at": chrono::Utc::now().to_rfc3339(),
+            }),
+        )
+        .idempotency_key(format!("endpoint.disabled:{id}:{}", now_ms()))
+    });
+    match hookstream_store::endpoints::disable(&shared.pool, id, &reason, failing_for, notice).await {
+        Ok(true) => {
             shared
                 .metrics
                 .endpoints_disabled
-                .with_label_values(&["gone"])
+                .with_label_values(&[label])
                 .inc();
-            tracing::warn!(endpoint_id = %ep.endpoint.id, "endpoint disabled: receiver answered 410 Gone");
+            shared.failing_since.lock().expect("health lock").remove(&id);
+            tracing::warn!(endpoint_id = %id, reason = %reason, "endpoint disabled");
         }
-        Err(e) => tracing::warn!(endpoint_id = %ep.endpoint.id, error = %e, "could not disable endpoint"),
+        Ok(false) => tracing::debug!(endpoint_id = %id, "endpoint already disabled (or recovered meanwhile)"),
+        Err(e) => tracing::warn!(endpoint_id = %id, error = %e, "could not disable endpoint"),
+    }
+}
+
+/// Drops idle endpoint guards every minute.
+async fn evict_idle_guards(shared: Arc<Shared>, shutdown: CancellationToken) {
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_secs(60)) => shared.isolation.evict_idle(),
+            _ = shutdown.cancelled() => return,
+        }
     }
 }
 

@@ -42,6 +42,15 @@ pub struct DispatcherMetrics {
     /// Replayed tasks the retry role took up, by kind: `dead_letter` (`hookstream dlq
     /// replay`) or `resend` (`hookstream event resend`).
     pub dlq_replayed: IntCounterVec,
+    /// Deliveries handed to the retry tiers without an attempt, by reason: breaker_open,
+    /// rate_limited, endpoint_busy.
+    pub deferrals: IntCounterVec,
+    /// Circuit breaker transitions, by the state entered: open, half_open, closed.
+    pub breaker_transitions: IntCounterVec,
+    /// Endpoints whose breaker is open or half-open right now.
+    pub breakers_open: IntGauge,
+    /// HTTP requests under way right now.
+    pub requests_in_flight: IntGauge,
 }
 
 impl DispatcherMetrics {
@@ -161,10 +170,40 @@ impl DispatcherMetrics {
                 &["kind"],
             )
             .unwrap(),
+            deferrals: IntCounterVec::new(
+                Opts::new(
+                    "hookstream_dispatcher_deferrals_total",
+                    "Deliveries deferred to the retry tiers without using an attempt, by reason",
+                ),
+                &["reason"],
+            )
+            .unwrap(),
+            breaker_transitions: IntCounterVec::new(
+                Opts::new(
+                    "hookstream_dispatcher_breaker_transitions_total",
+                    "Circuit breaker transitions, by the state entered",
+                ),
+                &["to"],
+            )
+            .unwrap(),
+            breakers_open: IntGauge::new(
+                "hookstream_dispatcher_breakers_open",
+                "Endpoints whose circuit breaker is open or half-open",
+            )
+            .unwrap(),
+            requests_in_flight: IntGauge::new(
+                "hookstream_dispatcher_requests_in_flight",
+                "HTTP delivery requests under way",
+            )
+            .unwrap(),
         };
         let _ = registry.register(Box::new(m.dlq_stored.clone()));
         let _ = registry.register(Box::new(m.dlq_store_errors.clone()));
         let _ = registry.register(Box::new(m.dlq_replayed.clone()));
+        let _ = registry.register(Box::new(m.deferrals.clone()));
+        let _ = registry.register(Box::new(m.breaker_transitions.clone()));
+        let _ = registry.register(Box::new(m.breakers_open.clone()));
+        let _ = registry.register(Box::new(m.requests_in_flight.clone()));
         let _ = registry.register(Box::new(m.retry_produced.clone()));
         let _ = registry.register(Box::new(m.retry_consumed.clone()));
         let _ = registry.register(Box::new(m.retry_lateness.clone()));

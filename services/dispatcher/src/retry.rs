@@ -27,6 +27,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use uuid::Uuid;
 
+use crate::isolation::Refusal;
 use crate::{attempt, dead_letter, now_ms, DispatchError, Shared};
 
 /// How long to wait before the attempt after `failed_attempt` (1-based), or `None` when the
@@ -62,26 +63,57 @@ pub(crate) async fn schedule(
 ) -> Option<bool> {
     let spread = rand::thread_rng().gen_range(-1.0..=1.0);
     let delay = next_delay(&shared.retry, failed_attempt, outcome, spread)?;
-    let due_at_ms = now_ms() + delay.as_millis() as i64;
-    let topic = shared.retry.tier_for(delay.as_millis() as u64);
     let task = DeliveryTask {
         event: Some(event.clone()),
         endpoint_id: endpoint_id.to_string(),
         attempt: failed_attempt,
-        due_at_ms,
+        due_at_ms: now_ms() + delay.as_millis() as i64,
         first_attempt_at_ms,
         origin: Some(origin.clone()),
         last_status: outcome.status.map(i32::from).unwrap_or(0),
         last_error_class: outcome.class.as_str().into(),
         last_error: outcome.error.clone().unwrap_or_default(),
-    }
-    .encode_to_vec();
-    let key = endpoint_id.to_string();
+    };
+    Some(hand_on(shared, &task).await)
+}
+
+/// Hands a delivery the endpoint's guard refused (open breaker, rate limit, full cap) to the
+/// tier that fits `refusal.retry_at_ms`, without counting an attempt: `attempts_made` stays
+/// what it was. True once Kafka acknowledged it.
+pub(crate) async fn defer(
+    shared: &Shared,
+    event: &EventEnvelope,
+    endpoint_id: Uuid,
+    attempts_made: u32,
+    first_attempt_at_ms: i64,
+    origin: &SourcePosition,
+    refusal: Refusal,
+) -> bool {
+    let task = DeliveryTask {
+        event: Some(event.clone()),
+        endpoint_id: endpoint_id.to_string(),
+        attempt: attempts_made,
+        due_at_ms: refusal.retry_at_ms,
+        first_attempt_at_ms,
+        origin: Some(origin.clone()),
+        last_status: 0,
+        last_error_class: refusal.reason.as_str().into(),
+        last_error: format!("deferred: {}", refusal.reason.as_str().replace('_', " ")),
+    };
+    hand_on(shared, &task).await
+}
+
+/// Produces `task` to the tier that fits its due time, retrying until Kafka acknowledges it
+/// (true) or the dispatcher shuts down (false: the caller's offset stays unstored).
+async fn hand_on(shared: &Shared, task: &DeliveryTask) -> bool {
+    let delay_ms = (task.due_at_ms - now_ms()).max(0) as u64;
+    let topic = shared.retry.tier_for(delay_ms);
+    let bytes = task.encode_to_vec();
     loop {
         match shared
             .producer
             .send(
-                FutureRecord::to(&topic).key(&key).payload(&task),
+                FutureRecord::to(&topic).key(&task.endpoint_id).payload(&bytes),
                 Duration::from_secs(5),
             )
             .await
@@ -92,13 +124,13 @@ pub(crate) async fn schedule(
                     .retry_produced
                     .with_label_values(&[tier_label(&topic, &shared.retry)])
                     .inc();
-                return Some(true);
+                return true;
             }
             Err((e, _)) => {
                 tracing::warn!(error = %e, topic = %topic, "retry record not acknowledged, retrying");
                 tokio::select! {
                     _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-                    _ = shared.shutdown.cancelled() => return Some(false),
+                    _ = shared.shutdown.cancelled() => return false,
                 }
             }
         }

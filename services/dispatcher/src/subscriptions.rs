@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hookstream_store::endpoints::{self, ActiveEndpoint};
+use hookstream_store::sealing::Sealer;
 use hookstream_store::sqlx::PgPool;
 use hookstream_store::wakeup::Wakeup;
 use hookstream_store::StoreError;
@@ -32,15 +33,17 @@ pub enum Route {
 
 pub struct Subscriptions {
     pool: PgPool,
+    sealer: Sealer,
     snapshot: RwLock<Arc<Snapshot>>,
     /// Serialises refreshes and remembers when the last one finished.
     refreshed: Mutex<Instant>,
 }
 
 impl Subscriptions {
-    pub async fn load(pool: PgPool) -> Result<Arc<Self>, StoreError> {
+    pub async fn load(pool: PgPool, sealer: Sealer) -> Result<Arc<Self>, StoreError> {
         let subs = Arc::new(Self {
             pool,
+            sealer,
             snapshot: RwLock::new(Arc::default()),
             refreshed: Mutex::new(Instant::now()),
         });
@@ -50,7 +53,7 @@ impl Subscriptions {
 
     pub async fn refresh(&self) -> Result<(), StoreError> {
         let mut refreshed = self.refreshed.lock().await;
-        let (tenants, active) = endpoints::load_active(&self.pool).await?;
+        let (tenants, active) = endpoints::load_active(&self.pool, &self.sealer).await?;
         let mut by_tenant: HashMap<Uuid, Vec<Arc<ActiveEndpoint>>> = HashMap::new();
         for ep in active {
             by_tenant

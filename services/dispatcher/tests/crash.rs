@@ -41,6 +41,7 @@ fn start_relay(env: &TestEnv) -> CancellationToken {
 async fn endpoint(env: &TestEnv, tenant: Uuid, receiver: &Receiver, max_in_flight: i32) {
     let (_, secret) = endpoints::create(
         &env.pool,
+        &env.sealer(),
         NewEndpoint {
             tenant_id: tenant,
             url: receiver.url(),

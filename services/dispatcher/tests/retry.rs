@@ -147,6 +147,16 @@ async fn sigkill_while_holding_due_messages_loses_none_and_retries_none_early() 
     let mut vars = dispatcher_env(&env);
     vars.push(("HOOKSTREAM_RETRY__SCHEDULE_MS".into(), "[4000]".into()));
     vars.push(("HOOKSTREAM_RETRY__JITTER".into(), "0.0".into()));
+    // Fifty failures in a row would open the endpoint's breaker; this test is about the
+    // retry role holding due messages, so keep it closed.
+    vars.push((
+        "HOOKSTREAM_DISPATCHER__ISOLATION__CONSECUTIVE_FAILURES".into(),
+        "1000".into(),
+    ));
+    vars.push((
+        "HOOKSTREAM_DISPATCHER__ISOLATION__MIN_REQUESTS".into(),
+        "1000".into(),
+    ));
     let spawn = |name: &str| {
         ServiceProcess::spawn(
             std::path::Path::new(env!("CARGO_BIN_EXE_dispatcher")),

@@ -27,6 +27,7 @@ fn start(env: &TestEnv, allow_loopback: bool) -> CancellationToken {
 async fn endpoint(env: &TestEnv, tenant: Uuid, url: &str) -> Uuid {
     endpoints::create(
         &env.pool,
+        &env.sealer(),
         NewEndpoint {
             tenant_id: tenant,
             url: url.into(),

@@ -8,12 +8,13 @@
 
 mod dlq;
 mod listen;
+mod secrets;
 
 use std::path::PathBuf;
 
 use anyhow::{bail, Context as _};
 use clap::{Args, Parser, Subcommand};
-use hookstream_config::{DatabaseConfig, KafkaConfig, RetryConfig};
+use hookstream_config::{DatabaseConfig, KafkaConfig, RetryConfig, SecretsConfig};
 use hookstream_store::outbox::NewEvent;
 use hookstream_store::sqlx::PgPool;
 use hookstream_store::{endpoints, outbox, tenants, StoreError};
@@ -64,6 +65,9 @@ enum Command {
     Dlq(dlq::DlqCmd),
     /// Run a receiver that verifies each delivery's signature and prints it.
     Listen(listen::ListenArgs),
+    /// Keys that seal endpoint secrets at rest.
+    #[command(subcommand)]
+    Secrets(secrets::SecretsCmd),
 }
 
 #[derive(Subcommand)]
@@ -108,6 +112,16 @@ enum EndpointCmd {
     Disable { id: Uuid },
     /// Deliver to an endpoint again.
     Enable { id: Uuid },
+    /// Start a secret rotation: prints a new secret, which signs from now on; the current
+    /// secrets keep signing too until the overlap ends, so receivers can switch over.
+    RotateSecret {
+        id: Uuid,
+        /// Hours the current secrets stay valid beside the new one.
+        #[arg(long, default_value_t = 24)]
+        overlap_hours: u64,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Args)]
@@ -182,6 +196,7 @@ struct CliConfig {
     database: DatabaseConfig,
     kafka: KafkaConfig,
     retry: RetryConfig,
+    secrets: SecretsConfig,
 }
 
 #[tokio::main]
@@ -221,6 +236,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     cfg.database.max_connections = 2;
     match cli.command {
         Command::Listen(args) => listen::run(args).await,
+        Command::Secrets(secrets::SecretsCmd::GenerateKey { id }) => secrets::generate_key(&id),
         Command::Topics(TopicsCmd::Create {
             partitions,
             replication,
@@ -247,13 +263,13 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             match command {
                 Command::Dlq(cmd) => dlq::run(cmd, &pool, &cfg.kafka, &cfg.retry).await,
                 Command::Event(EventCmd::Resend(a)) => dlq::resend(a, &pool, &cfg.kafka, &cfg.retry).await,
-                command => run_db(command, &pool).await,
+                command => run_db(command, &pool, &cfg.secrets).await,
             }
         }
     }
 }
 
-async fn run_db(command: Command, pool: &PgPool) -> anyhow::Result<()> {
+async fn run_db(command: Command, pool: &PgPool, secrets_cfg: &SecretsConfig) -> anyhow::Result<()> {
     match command {
         Command::Migrate => {
             hookstream_store::migrate(pool).await?;
@@ -279,8 +295,10 @@ async fn run_db(command: Command, pool: &PgPool) -> anyhow::Result<()> {
         }
         Command::Endpoint(EndpointCmd::Create(a)) => {
             let tenant_id = resolve_tenant(pool, &a.tenant).await?;
+            let sealer = secrets::sealer(secrets_cfg)?;
             let (ep, secret) = endpoints::create(
                 pool,
+                &sealer,
                 endpoints::NewEndpoint {
                     tenant_id,
                     url: a.url,
@@ -341,6 +359,24 @@ async fn run_db(command: Command, pool: &PgPool) -> anyhow::Result<()> {
             endpoints::set_enabled(pool, id, true, None).await?;
             println!("endpoint {id} enabled");
         }
+        Command::Endpoint(EndpointCmd::RotateSecret {
+            id,
+            overlap_hours,
+            json,
+        }) => {
+            let sealer = secrets::sealer(secrets_cfg)?;
+            let overlap = std::time::Duration::from_secs(overlap_hours * 3600);
+            let secret = endpoints::rotate_secret(pool, &sealer, id, overlap).await?;
+            if json {
+                println!("{}", serde_json::json!({ "id": id, "secret": secret.expose() }));
+            } else {
+                println!(
+                    "new signing secret for endpoint {id} (shown once): {}\nthe previous secrets keep signing for {overlap_hours} h",
+                    secret.expose()
+                );
+            }
+        }
+        Command::Secrets(secrets::SecretsCmd::Seal) => secrets::seal(pool, secrets_cfg).await?,
         Command::Event(EventCmd::Publish(a)) => {
             let tenant_id = resolve_tenant(pool, &a.tenant).await?;
             let payload: serde_json::Value = serde_json::from_str(&a.data)
@@ -378,7 +414,11 @@ async fn run_db(command: Command, pool: &PgPool) -> anyhow::Result<()> {
                 }
             }
         }
-        Command::Listen(_) | Command::Topics(_) => unreachable!("handled without a database"),
+        Command::Listen(_)
+        | Command::Topics(_)
+        | Command::Secrets(secrets::SecretsCmd::GenerateKey { .. }) => {
+            unreachable!("handled without a database")
+        }
         Command::Dlq(_) | Command::Event(EventCmd::Resend(_)) => unreachable!("handled in dlq.rs"),
     }
     Ok(())

@@ -75,6 +75,7 @@ fn start(env: &TestEnv) -> CancellationToken {
             jitter: 0.0,
             ..env.retry.clone()
         },
+        secrets: env.secrets.clone(),
         ..Default::default()
     };
     cfg.delivery.allow_cidrs = vec!["127.0.0.0/8".parse().unwrap()];

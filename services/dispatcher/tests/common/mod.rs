@@ -15,6 +15,7 @@ pub fn dispatcher_config(env: &TestEnv) -> dispatcher::Config {
             sink_group_id: env.dlq_sink_group(),
             ..Default::default()
         },
+        secrets: env.secrets.clone(),
         ..Default::default()
     }
 }
@@ -36,13 +37,40 @@ pub fn start_relay(env: &TestEnv, token: &CancellationToken) {
 
 /// Runs a relay and a dispatcher with `cfg` in this process; cancel the token to stop both.
 pub fn start_pipeline(env: &TestEnv, cfg: dispatcher::Config) -> CancellationToken {
+    start_observed_pipeline(env, cfg, prometheus::Registry::new())
+}
+
+/// `start_pipeline`, with the dispatcher's metrics registered in `registry`.
+pub fn start_observed_pipeline(
+    env: &TestEnv,
+    cfg: dispatcher::Config,
+    registry: prometheus::Registry,
+) -> CancellationToken {
     let token = CancellationToken::new();
     start_relay(env, &token);
     let t = token.clone();
     tokio::spawn(async move {
-        dispatcher::run(cfg, &prometheus::Registry::new(), Default::default(), t)
+        dispatcher::run(cfg, &registry, Default::default(), t)
             .await
             .expect("dispatcher runs");
     });
     token
+}
+
+/// The value of metric `name`, summed over the series whose labels include every `labels`
+/// pair (read from the text exposition, as Prometheus would).
+pub fn metric(registry: &prometheus::Registry, name: &str, labels: &[(&str, &str)]) -> f64 {
+    let text = prometheus::TextEncoder::new()
+        .encode_to_string(&registry.gather())
+        .expect("metrics encode");
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            let (metric, rest) = series.split_once('{').unwrap_or((series, ""));
+            (metric == name && labels.iter().all(|(k, v)| rest.contains(&format!("{k}=\"{v}\""))))
+                .then(|| value.parse::<f64>().ok())
+                .flatten()
+        })
+        .sum()
 }

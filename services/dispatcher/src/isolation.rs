@@ -1,0 +1,641 @@
+//! Per-endpoint isolation (invariant 3): one slow or broken endpoint never holds up another.
+//!
+//! Every endpoint gets a [`Guard`] with three gates, checked before each attempt:
+//!
+//! 1. A circuit breaker (`failsafe`'s state machine and failure policies behind our own type).
+//!    It opens after `consecutive_failures` failures in a row, or when the failure ratio over
+//!    a sliding window exceeds `failure_ratio` (once `min_requests` were seen). While open it
+//!    refuses without any HTTP call; after the cooldown one probe is let through (half-open):
+//!    success closes it, failure reopens it with the cooldown doubled, up to `max_cooldown`.
+//! 2. A token bucket (`governor`) with the endpoint's own quota (`rate_limit_per_s`, burst
+//!    of `rate_limit_burst_s` seconds' worth); endpoints without a quota are not limited.
+//! 3. A cap on concurrent requests (`max_in_flight`), waited for at most `busy_wait`.
+//!
+//! A refused delivery is not failed: the caller hands it to the retry tiers with its due time
+//! and without using up an attempt (a [`Refusal`]). Refusals of one endpoint are spaced out on
+//! a per-endpoint virtual clock, so what comes back later does not arrive as one burst.
+
+use std::collections::HashMap;
+use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use failsafe::backoff::{self, Constant};
+use failsafe::failure_policy::{
+    consecutive_failures, success_rate_over_time_window, ConsecutiveFailures, SuccessRateOverTimeWindow,
+};
+use failsafe::{FailurePolicy, Instrument, StateMachine};
+use governor::clock::{Clock, DefaultClock};
+use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
+use hookstream_delivery::{ErrorClass, Verdict};
+use hookstream_store::endpoints::Endpoint;
+use rand::Rng;
+use serde::{Deserialize, Serialize};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use uuid::Uuid;
+
+use crate::metrics::DispatcherMetrics;
+use crate::now_ms;
+
+/// Circuit breaker and concurrency settings, the same for every endpoint (quotas and caps are
+/// per endpoint, in the database).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct IsolationSettings {
+    /// Failures in a row that open an endpoint's breaker.
+    pub consecutive_failures: u32,
+    /// Failure ratio over `window_ms` that opens the breaker (0 < ratio ≤ 1)...
+    pub failure_ratio: f64,
+    /// ...once at least this many attempts were made in the window.
+    pub min_requests: u32,
+    pub window_ms: u64,
+    /// First cooldown of an open breaker; doubles each time a probe fails.
+    pub cooldown_ms: u64,
+    pub max_cooldown_ms: u64,
+    /// How long an attempt waits for a free slot under the endpoint's concurrency cap (or for
+    /// a rate-limit token) before it is deferred to the retry tiers instead.
+    pub busy_wait_ms: u64,
+    /// How far a delivery refused for a full concurrency cap is deferred (±50 % jitter).
+    pub busy_defer_ms: u64,
+    /// Token-bucket burst, in seconds of the endpoint's rate (at least one request).
+    pub rate_limit_burst_s: f64,
+    /// Guards of endpoints unused this long, with a closed breaker, are dropped.
+    pub idle_evict_ms: u64,
+}
+
+impl Default for IsolationSettings {
+    fn default() -> Self {
+        Self {
+            consecutive_failures: 5,
+            failure_ratio: 0.5,
+            min_requests: 20,
+            window_ms: 30_000,
+            cooldown_ms: 5_000,
+            max_cooldown_ms: 3_600_000,
+            busy_wait_ms: 50,
+            busy_defer_ms: 1_000,
+            rate_limit_burst_s: 1.0,
+            idle_evict_ms: 600_000,
+        }
+    }
+}
+
+impl IsolationSettings {
+    pub fn validate(&self) -> Result<(), String> {
+        if self.consecutive_failures == 0 {
+            return Err("dispatcher.isolation.consecutive_failures must be at least 1".into());
+        }
+        if !(self.failure_ratio > 0.0 && self.failure_ratio <= 1.0) {
+            return Err("dispatcher.isolation.failure_ratio must be in (0, 1]".into());
+        }
+        if self.window_ms < 1_000 {
+            return Err("dispatcher.isolation.window_ms must be at least 1000".into());
+        }
+        if self.cooldown_ms == 0 || self.max_cooldown_ms < self.cooldown_ms {
+            return Err("dispatcher.isolation: need 0 < cooldown_ms <= max_cooldown_ms".into());
+        }
+        if self.rate_limit_burst_s.is_nan() || self.rate_limit_burst_s <= 0.0 {
+            return Err("dispatcher.isolation.rate_limit_burst_s must be positive".into());
+        }
+        Ok(())
+    }
+}
+
+/// Why a delivery was not attempted now (the retry record's `last_error_class`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RefusalReason {
+    BreakerOpen,
+    RateLimited,
+    EndpointBusy,
+}
+
+impl RefusalReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RefusalReason::BreakerOpen => "breaker_open",
+            RefusalReason::RateLimited => "rate_limited",
+            RefusalReason::EndpointBusy => "endpoint_busy",
+        }
+    }
+}
+
+/// A delivery the guard refused, and when to try it again.
+#[derive(Debug, Clone, Copy)]
+pub struct Refusal {
+    pub reason: RefusalReason,
+    pub retry_at_ms: i64,
+}
+
+/// Permission to make one attempt; hold it for the attempt's duration, then `finish` it.
+pub struct Pass {
+    guard: Arc<Guard>,
+    probe: bool,
+    _slot: OwnedSemaphorePermit,
+}
+
+impl Pass {
+    /// Tells the breaker how the attempt went. Receiver-side failures (5xx, 408/425/429,
+    /// timeouts, connection and TLS errors) count against the endpoint; other permanent
+    /// answers (a 4xx) show the endpoint is up and count as neither.
+    pub fn finish(self, verdict: Verdict, class: ErrorClass) {
+        match verdict {
+            Verdict::Delivered => self.guard.breaker.on_success(),
+            Verdict::Retryable => self.guard.breaker.on_error(),
+            Verdict::Permanent | Verdict::Gone => {
+                if matches!(class, ErrorClass::Http410) {
+                    self.guard.breaker.on_error();
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Pass {
+    fn drop(&mut self) {
+        if self.probe {
+            self.guard.state.probing.store(false, Ordering::Release);
+        }
+        self.guard.last_used_ms.store(now_ms(), Ordering::Relaxed);
+    }
+}
+
+const CLOSED: u8 = 0;
+const OPEN: u8 = 1;
+const HALF_OPEN: u8 = 2;
+
+/// What the breaker's instrument keeps: the state and, when open, until when.
+struct BreakerState {
+    state: AtomicU8,
+    open_until_ms: AtomicI64,
+    /// The delay the policy chose for the current opening (read by `on_open`).
+    last_cooldown_ms: Arc<AtomicU64>,
+    /// Only one probe at a time while half-open.
+    probing: AtomicBool,
+}
+
+#[derive(Clone)]
+struct Observer {
+    state: Arc<BreakerState>,
+    metrics: DispatcherMetrics,
+}
+
+impl Observer {
+    fn transit(&self, to: u8) {
+        let from = self.state.state.swap(to, Ordering::AcqRel);
+        let label = match to {
+            OPEN => "open",
+            HALF_OPEN => "half_open",
+            _ => "closed",
+        };
+        if from != to {
+            self.metrics.breaker_transitions.with_label_values(&[label]).inc();
+        }
+        match (from == CLOSED, to == CLOSED) {
+            (true, false) => self.metrics.breakers_open.inc(),
+            (false, true) => self.metrics.breakers_open.dec(),
+            _ => {}
+        }
+    }
+}
+
+impl Instrument for Observer {
+    fn on_call_rejected(&self) {}
+
+    fn on_open(&self) {
+        let cooldown = self.state.last_cooldown_ms.load(Ordering::Acquire) as i64;
+        self.state
+            .open_until_ms
+            .store(now_ms() + cooldown, Ordering::Release);
+        self.transit(OPEN);
+    }
+
+    fn on_half_open(&self) {
+        self.transit(HALF_OPEN);
+    }
+
+    fn on_closed(&self) {
+        self.transit(CLOSED);
+    }
+}
+
+/// failsafe's two failure detectors, with our own cooldown: it doubles on every failed probe
+/// up to the maximum (failsafe's own backoffs count in whole seconds), and the instrument can
+/// read it to tell refused deliveries when to come back.
+struct Policy {
+    consecutive: ConsecutiveFailures<Constant>,
+    ratio: SuccessRateOverTimeWindow<Constant>,
+    initial: Duration,
+    max: Duration,
+    next: Duration,
+    last: Arc<AtomicU64>,
+}
+
+impl FailurePolicy for Policy {
+    fn record_success(&mut self) {
+        self.consecutive.record_success();
+        self.ratio.record_success();
+    }
+
+    fn mark_dead_on_failure(&mut self) -> Option<Duration> {
+        let consecutive = self.consecutive.mark_dead_on_failure().is_some();
+        let ratio = self.ratio.mark_dead_on_failure().is_some();
+        if !(consecutive || ratio) {
+            return None;
+        }
+        let delay = self.next;
+        self.next = (self.next * 2).min(self.max);
+        self.last.store(delay.as_millis() as u64, Ordering::Release);
+        Some(delay)
+    }
+
+    fn revived(&mut self) {
+        self.consecutive.revived();
+        self.ratio.revived();
+        self.next = self.initial;
+    }
+}
+
+/// What the guard was built from; a change of the endpoint's limits rebuilds it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Limits {
+    rate_per_s: Option<i32>,
+    max_in_flight: i32,
+}
+
+impl Limits {
+    fn of(ep: &Endpoint) -> Self {
+        Self {
+            rate_per_s: ep.rate_limit_per_s.filter(|r| *r > 0),
+            max_in_flight: ep.max_in_flight.max(1),
+        }
+    }
+}
+
+/// One endpoint's breaker, token bucket and concurrency cap.
+pub struct Guard {
+    limits: Limits,
+    breaker: StateMachine<Policy, Observer>,
+    state: Arc<BreakerState>,
+    limiter: Option<DefaultDirectRateLimiter>,
+    slots: Arc<Semaphore>,
+    /// The next free slot on this endpoint's deferral clock (ms since the epoch).
+    next_deferral_ms: Mutex<i64>,
+    last_used_ms: AtomicI64,
+}
+
+impl Guard {
+    fn new(limits: Limits, cfg: &IsolationSettings, metrics: &DispatcherMetrics) -> Self {
+        let last = Arc::new(AtomicU64::new(cfg.cooldown_ms));
+        let never = || backoff::constant(Duration::from_millis(cfg.cooldown_ms));
+        let policy = Policy {
+            consecutive: consecutive_failures(cfg.consecutive_failures, never()),
+            ratio: success_rate_over_time_window(
+                1.0 - cfg.failure_ratio,
+                cfg.min_requests,
+                Duration::from_millis(cfg.window_ms),
+                never(),
+            ),
+            initial: Duration::from_millis(cfg.cooldown_ms),
+            max: Duration::from_millis(cfg.max_cooldown_ms),
+            next: Duration::from_millis(cfg.cooldown_ms),
+            last: last.clone(),
+        };
+        let state = Arc::new(BreakerState {
+            state: AtomicU8::new(CLOSED),
+            open_until_ms: AtomicI64::new(0),
+            last_cooldown_ms: last,
+            probing: AtomicBool::new(false),
+        });
+        let observer = Observer {
+            state: state.clone(),
+            metrics: metrics.clone(),
+        };
+        let limiter = limits.rate_per_s.map(|rate| {
+            let rate = NonZeroU32::new(rate as u32).unwrap_or(NonZeroU32::MIN);
+            let burst = ((rate.get() as f64 * cfg.rate_limit_burst_s).ceil() as u32).max(1);
+            RateLimiter::direct(Quota::per_second(rate).allow_burst(NonZeroU32::new(burst).unwrap_or(rate)))
+        });
+        Self {
+            limits,
+            breaker: StateMachine::new(policy, observer),
+            state,
+            limiter,
+            slots: Arc::new(Semaphore::new(limits.max_in_flight as usize)),
+            next_deferral_ms: Mutex::new(0),
+            last_used_ms: AtomicI64::new(now_ms()),
+        }
+    }
+
+    /// A due time for a refused delivery: no earlier than `earliest`, and at least `spacing`
+    /// after the previous refusal of this endpoint.
+    fn next_slot(&self, earliest: i64, spacing: Duration) -> i64 {
+        let mut next = self.next_deferral_ms.lock().expect("deferral clock lock");
+        let due = earliest.max(*next);
+        *next = due + (spacing.as_millis() as i64).max(1);
+        due
+    }
+
+    fn breaker_state(&self) -> u8 {
+        self.state.state.load(Ordering::Acquire)
+    }
+}
+
+/// The guards of every endpoint this dispatcher delivers to.
+pub struct Isolation {
+    cfg: IsolationSettings,
+    metrics: DispatcherMetrics,
+    guards: Mutex<HashMap<Uuid, Arc<Guard>>>,
+}
+
+impl Isolation {
+    pub fn new(cfg: IsolationSettings, metrics: DispatcherMetrics) -> Self {
+        Self {
+            cfg,
+            metrics,
+            guards: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn guard(&self, ep: &Endpoint) -> Arc<Guard> {
+        let limits = Limits::of(ep);
+        let mut guards = self.guards.lock().expect("guards lock");
+        match guards.get(&ep.id) {
+            Some(g) if g.limits == limits => g.clone(),
+            _ => {
+                // New, or its limits changed: a fresh guard (in-flight permits of the old one
+                // are released into the old semaphore, which is then dropped).
+                let g = Arc::new(Guard::new(limits, &self.cfg, &self.metrics));
+                guards.insert(ep.id, g.clone());
+                g
+            }
+        }
+    }
+
+    /// Asks to attempt a delivery to `ep` now. With `can_defer` false (retries disabled) it
+    /// waits instead of refusing.
+    pub async fn admit(&self, ep: &Endpoint, can_defer: bool) -> Result<Pass, Refusal> {
+        let guard = self.guard(ep);
+        guard.last_used_ms.store(now_ms(), Ordering::Relaxed);
+        let probe = loop {
+            if guard.breaker.is_call_permitted() {
+                if guard.breaker_state() != HALF_OPEN {
+                    break false;
+                }
+                if guard
+                    .state
+                    .probing
+                    .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+                {
+                    break true;
+                }
+            }
+            // Open, or half-open with its probe under way.
+            let until = guard
+                .state
+                .open_until_ms
+                .load(Ordering::Acquire)
+                .max(now_ms() + 1_000);
+            if can_defer {
+                return Err(self.refuse(&guard, RefusalReason::BreakerOpen, until, Duration::ZERO));
+            }
+            tokio::time::sleep(Duration::from_millis((until - now_ms()).clamp(10, 1_000) as u64)).await;
+        };
+        let release_probe = |g: &Guard| {
+            if probe {
+                g.state.probing.store(false, Ordering::Release);
+            }
+        };
+
+        if let Some(limiter) = &guard.limiter {
+            // Waiting for a token is bounded in total, not per try: many waiters would
+            // otherwise take turns forever and hold their events' slots.
+            let deadline = tokio::time::Instant::now() + Duration::from_millis(self.cfg.busy_wait_ms);
+            while let Err(not_until) = limiter.check() {
+                let wait = not_until.wait_time_from(DefaultClock::default().now());
+                if tokio::time::Instant::now() + wait <= deadline || !can_defer {
+                    tokio::time::sleep(wait).await;
+                    continue;
+                }
+                release_probe(&guard);
+                let spacing = Duration::from_secs_f64(1.0 / limiter_rate(&guard));
+                let earliest = now_ms() + wait.as_millis() as i64;
+                return Err(self.refuse(&guard, RefusalReason::RateLimited, earliest, spacing));
+            }
+        }
+
+        let slot = match guard.slots.clone().try_acquire_owned() {
+            Ok(s) => s,
+            Err(_) if !can_defer => guard
+                .slots
+                .clone()
+                .acquire_owned()
+                .await
+                .expect("endpoint semaphores are never closed"),
+            Err(_) => {
+                let wait = Duration::from_millis(self.cfg.busy_wait_ms);
+                match tokio::time::timeout(wait, guard.slots.clone().acquire_owned()).await {
+                    Ok(Ok(s)) => s,
+                    _ => {
+                        release_probe(&guard);
+                        let jitter = rand::thread_rng().gen_range(0.5..1.5);
+                        let earliest = now_ms() + (self.cfg.busy_defer_ms as f64 * jitter) as i64;
+                        return Err(self.refuse(
+                            &guard,
+                            RefusalReason::EndpointBusy,
+                            earliest,
+                            Duration::ZERO,
+                        ));
+                    }
+                }
+            }
+        };
+        Ok(Pass {
+            guard,
+            probe,
+            _slot: slot,
+        })
+    }
+
+    fn refuse(&self, guard: &Guard, reason: RefusalReason, earliest: i64, spacing: Duration) -> Refusal {
+        self.metrics.deferrals.with_label_values(&[reason.as_str()]).inc();
+        let retry_at_ms = match reason {
+            // Spread what returns after the cooldown over a second or so, at least.
+            RefusalReason::BreakerOpen => earliest + rand::thread_rng().gen_range(0..1_000),
+            RefusalReason::EndpointBusy => earliest,
+            RefusalReason::RateLimited => guard.next_slot(earliest, spacing),
+        };
+        Refusal { reason, retry_at_ms }
+    }
+
+    /// Drops the guards of endpoints idle for `idle_evict_ms` whose breaker is closed.
+    pub fn evict_idle(&self) {
+        let cutoff = now_ms() - self.cfg.idle_evict_ms as i64;
+        self.guards.lock().expect("guards lock").retain(|_, g| {
+            Arc::strong_count(g) > 1
+                || g.breaker_state() != CLOSED
+                || g.last_used_ms.load(Ordering::Relaxed) > cutoff
+                || *g.next_deferral_ms.lock().expect("deferral clock lock") > now_ms()
+        });
+    }
+
+    /// Number of endpoints with a guard (for tests and the eviction log).
+    pub fn len(&self) -> usize {
+        self.guards.lock().expect("guards lock").len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+fn limiter_rate(guard: &Guard) -> f64 {
+    guard.limits.rate_per_s.unwrap_or(1).max(1) as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hookstream_telemetry::prometheus::Registry;
+
+    fn endpoint(rate: Option<i32>, max_in_flight: i32) -> Endpoint {
+        Endpoint {
+            id: Uuid::now_v7(),
+            tenant_id: Uuid::now_v7(),
+            url: "https://example.com/hook".into(),
+            description: String::new(),
+            event_types: vec![],
+            enabled: true,
+            disabled_reason: None,
+            rate_limit_per_s: rate,
+            timeout_ms: 1_000,
+            max_in_flight,
+            created_at: chrono::Utc::now(),
+            failing_since: None,
+        }
+    }
+
+    fn isolation(cfg: IsolationSettings) -> Isolation {
+        Isolation::new(cfg, DispatcherMetrics::register(&Registry::new()))
+    }
+
+    #[tokio::test]
+    async fn breaker_opens_refuses_probes_once_and_closes() {
+        let iso = isolation(IsolationSettings {
+            consecutive_failures: 3,
+            cooldown_ms: 200,
+            ..Default::default()
+        });
+        let ep = endpoint(None, 8);
+        for _ in 0..3 {
+            let pass = iso.admit(&ep, true).await.expect("closed breaker admits");
+            pass.finish(Verdict::Retryable, ErrorClass::Http5xx);
+        }
+        let refused = iso.admit(&ep, true).await.err().expect("open breaker refuses");
+        assert_eq!(refused.reason, RefusalReason::BreakerOpen);
+        assert!(
+            refused.retry_at_ms >= now_ms() + 150,
+            "comes back after the cooldown"
+        );
+
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let probe = iso
+            .admit(&ep, true)
+            .await
+            .expect("half-open lets one probe through");
+        let second = iso
+            .admit(&ep, true)
+            .await
+            .err()
+            .expect("only one probe at a time");
+        assert_eq!(second.reason, RefusalReason::BreakerOpen);
+        probe.finish(Verdict::Retryable, ErrorClass::Timeout);
+        // Reopened with the cooldown doubled.
+        let refused = iso.admit(&ep, true).await.err().expect("failed probe reopens");
+        assert!(
+            refused.retry_at_ms >= now_ms() + 350,
+            "cooldown doubled to 400 ms"
+        );
+
+        tokio::time::sleep(Duration::from_millis(450)).await;
+        let probe = iso
+            .admit(&ep, true)
+            .await
+            .expect("probe after the doubled cooldown");
+        probe.finish(Verdict::Delivered, ErrorClass::None);
+        for _ in 0..5 {
+            iso.admit(&ep, true)
+                .await
+                .expect("closed again")
+                .finish(Verdict::Delivered, ErrorClass::None);
+        }
+    }
+
+    #[tokio::test]
+    async fn client_errors_do_not_open_the_breaker() {
+        let iso = isolation(IsolationSettings {
+            consecutive_failures: 2,
+            ..Default::default()
+        });
+        let ep = endpoint(None, 8);
+        for _ in 0..10 {
+            iso.admit(&ep, true)
+                .await
+                .expect("admitted")
+                .finish(Verdict::Permanent, ErrorClass::Http4xx);
+        }
+    }
+
+    #[tokio::test]
+    async fn rate_limit_spaces_refusals_at_the_endpoint_rate() {
+        let iso = isolation(IsolationSettings::default());
+        let ep = endpoint(Some(10), 100);
+        let mut admitted = 0;
+        let mut refusals = Vec::new();
+        for _ in 0..40 {
+            match iso.admit(&ep, true).await {
+                Ok(_) => admitted += 1,
+                Err(r) => {
+                    assert_eq!(r.reason, RefusalReason::RateLimited);
+                    refusals.push(r.retry_at_ms);
+                }
+            }
+        }
+        // A burst of 10, plus what the 50 ms busy-wait lets through.
+        assert!((10..=12).contains(&admitted), "admitted {admitted}");
+        for pair in refusals.windows(2) {
+            assert!(pair[1] - pair[0] >= 100, "refusals spaced at 1/rate: {pair:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn full_cap_defers_after_the_busy_wait() {
+        let iso = isolation(IsolationSettings::default());
+        let ep = endpoint(None, 2);
+        let a = iso.admit(&ep, true).await.expect("first slot");
+        let _b = iso.admit(&ep, true).await.expect("second slot");
+        let refused = iso.admit(&ep, true).await.err().expect("cap reached");
+        assert_eq!(refused.reason, RefusalReason::EndpointBusy);
+        drop(a);
+        iso.admit(&ep, true).await.expect("a slot was freed");
+    }
+
+    #[tokio::test]
+    async fn changed_limits_rebuild_the_guard_and_idle_guards_are_evicted() {
+        let iso = isolation(IsolationSettings {
+            idle_evict_ms: 0,
+            ..Default::default()
+        });
+        let mut ep = endpoint(None, 1);
+        let _held = iso.admit(&ep, true).await.expect("slot");
+        ep.max_in_flight = 2;
+        iso.admit(&ep, true)
+            .await
+            .expect("the raised cap applies at once");
+        drop(_held);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        iso.evict_idle();
+        assert!(iso.is_empty());
+    }
+}
