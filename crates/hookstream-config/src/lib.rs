@@ -40,6 +40,7 @@ pub const SECTIONS: &[&str] = &[
     "delivery",
     "dispatcher",
     "retry",
+    "dlq",
     "secrets",
 ];
 

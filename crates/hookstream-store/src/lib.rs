@@ -5,6 +5,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod dead_letters;
 pub mod endpoints;
 pub mod filter;
 pub mod outbox;

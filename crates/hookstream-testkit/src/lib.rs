@@ -112,6 +112,11 @@ impl TestEnv {
         })
     }
 
+    /// The DLQ sink's consumer group for this test's dispatchers.
+    pub fn dlq_sink_group(&self) -> String {
+        format!("{}.dlq-sink", self.kafka.group_id)
+    }
+
     /// Seals and opens endpoint secrets with this test's key.
     pub fn sealer(&self) -> hookstream_store::sealing::Sealer {
         hookstream_store::sealing::Sealer::from_config(&self.secrets).expect("the test key is valid")

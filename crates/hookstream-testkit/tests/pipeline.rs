@@ -67,6 +67,7 @@ fn start_dispatcher(env: &TestEnv) -> Service {
     // Receivers run on loopback: allow-list it explicitly, as the local stack does.
     cfg.delivery.allow_cidrs = vec!["127.0.0.0/8".parse().unwrap()];
     cfg.dispatcher.shutdown_grace_ms = 5_000;
+    cfg.dlq.sink_group_id = env.dlq_sink_group();
     let shutdown = CancellationToken::new();
     let token = shutdown.clone();
     let handle = tokio::spawn(async move {

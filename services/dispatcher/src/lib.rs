@@ -10,8 +10,10 @@
 
 #![forbid(unsafe_code)]
 
+pub mod dlq_sink;
 pub mod isolation;
 mod metrics;
+pub mod replay;
 pub mod retry;
 pub mod subscriptions;
 
@@ -58,6 +60,7 @@ pub struct Config {
     pub delivery: DeliveryConfig,
     pub dispatcher: DispatcherSettings,
     pub retry: RetryConfig,
+    pub dlq: dlq_sink::DlqConfig,
     /// Keys that open the endpoints' signing secrets (sealed at rest).
     pub secrets: SecretsConfig,
 }
@@ -229,6 +232,18 @@ pub async fn run(
             shutdown.clone(),
         ))
     });
+    let dlq_sink = cfg.dlq.sink_enabled.then(|| {
+        let grace = Duration::from_millis(cfg.dispatcher.shutdown_grace_ms);
+        let sink = dlq_sink::run(
+            shared.pool.clone(),
+            cfg.kafka.clone(),
+            cfg.dlq.clone(),
+            metrics.clone(),
+            grace,
+            shutdown.clone(),
+        );
+        tokio::spawn(sink)
+    });
     let slots = Arc::new(Semaphore::new(cfg.dispatcher.max_in_flight_events.max(1)));
     let (done_tx, mut done_rx) = mpsc::unbounded_channel::<Ticket>();
     let tasks = TaskTracker::new();
@@ -279,6 +294,13 @@ pub async fn run(
         match role.await {
             Ok(Err(e)) => tracing::error!(error = %e, "retry role stopped with an error"),
             Err(e) => tracing::error!(error = %e, "retry role panicked"),
+            Ok(Ok(())) => {}
+        }
+    }
+    if let Some(sink) = dlq_sink {
+        match sink.await {
+            Ok(Err(e)) => tracing::error!(error = %e, "DLQ sink stopped with an error"),
+            Err(e) => tracing::error!(error = %e, "DLQ sink panicked"),
             Ok(Ok(())) => {}
         }
     }

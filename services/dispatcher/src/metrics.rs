@@ -34,6 +34,14 @@ pub struct DispatcherMetrics {
     pub retry_consumed: IntCounterVec,
     /// How late after its due time a retry was attempted (never negative: never early).
     pub retry_lateness: Histogram,
+    /// DLQ records the DLQ sink wrote to PostgreSQL, by result: `stored`, or `duplicate`
+    /// (seen before, e.g. re-read after a crash; nothing written).
+    pub dlq_stored: IntCounterVec,
+    /// Failed attempts to store a DLQ record (the sink retries: it never skips one).
+    pub dlq_store_errors: IntCounter,
+    /// Replayed tasks the retry role took up, by kind: `dead_letter` (`hookstream dlq
+    /// replay`) or `resend` (`hookstream event resend`).
+    pub dlq_replayed: IntCounterVec,
     /// Deliveries handed to the retry tiers without an attempt, by reason: breaker_open,
     /// rate_limited, endpoint_busy.
     pub deferrals: IntCounterVec,
@@ -141,6 +149,27 @@ impl DispatcherMetrics {
                 .buckets(exponential_buckets(0.01, 2.0, 14).unwrap()),
             )
             .unwrap(),
+            dlq_stored: IntCounterVec::new(
+                Opts::new(
+                    "hookstream_dlq_stored_total",
+                    "DLQ records stored in PostgreSQL, by result",
+                ),
+                &["result"],
+            )
+            .unwrap(),
+            dlq_store_errors: IntCounter::new(
+                "hookstream_dlq_store_errors_total",
+                "Failed attempts to store a DLQ record (retried)",
+            )
+            .unwrap(),
+            dlq_replayed: IntCounterVec::new(
+                Opts::new(
+                    "hookstream_dlq_replayed_total",
+                    "Replayed deliveries taken up by the retry role, by kind",
+                ),
+                &["kind"],
+            )
+            .unwrap(),
             deferrals: IntCounterVec::new(
                 Opts::new(
                     "hookstream_dispatcher_deferrals_total",
@@ -168,6 +197,9 @@ impl DispatcherMetrics {
             )
             .unwrap(),
         };
+        let _ = registry.register(Box::new(m.dlq_stored.clone()));
+        let _ = registry.register(Box::new(m.dlq_store_errors.clone()));
+        let _ = registry.register(Box::new(m.dlq_replayed.clone()));
         let _ = registry.register(Box::new(m.deferrals.clone()));
         let _ = registry.register(Box::new(m.breaker_transitions.clone()));
         let _ = registry.register(Box::new(m.breakers_open.clone()));

@@ -213,6 +213,7 @@ pub(crate) async fn run_role(
         )?,
     );
     let names: Vec<&str> = tiers.iter().map(|(_, t)| t.as_str()).collect();
+    let mut replay_pacer = crate::replay::ReplayPacer::default();
     consumer.subscribe(&names)?;
     tracing::info!(tiers = ?names, group = %shared.retry.group_id, "retry role consuming");
 
@@ -225,6 +226,14 @@ pub(crate) async fn run_role(
         let permit = slots.clone().try_acquire_owned();
         tasks.spawn(async move {
             let _permit = permit;
+            // Only paced replays are spawned before they are due (see below).
+            let early = task.due_at_ms - now_ms();
+            if early > 0 {
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_millis(early as u64)) => {}
+                    _ = shared.shutdown.cancelled() => return,
+                }
+            }
             let late = (now_ms() - task.due_at_ms).max(0) as f64 / 1000.0;
             shared.metrics.retry_lateness.observe(late);
             if deliver_task(&shared, task, &origin).await {
@@ -275,7 +284,10 @@ pub(crate) async fn run_role(
                 let ticket = tracker.lock().expect("tracker lock").begin(msg.topic(), msg.partition(), msg.offset(), timestamp_ms);
                 let payload = msg.payload().map(Bytes::copy_from_slice).unwrap_or_default();
                 shared.metrics.retry_consumed.with_label_values(&[tier_label(msg.topic(), &shared.retry)]).inc();
-                let task = match DeliveryTask::decode(payload.clone()) {
+                if let Some(kind) = crate::replay::replay_kind(&msg) {
+                    shared.metrics.dlq_replayed.with_label_values(&[kind]).inc();
+                }
+                let mut task = match DeliveryTask::decode(payload.clone()) {
                     Ok(t) if t.event.is_some() => t,
                     decoded => {
                         let reason = match decoded {
@@ -300,7 +312,15 @@ pub(crate) async fn run_role(
                         continue;
                     }
                 };
-                if task.due_at_ms > now_ms() {
+                let mut paced = false;
+                if let Some(interval) = crate::replay::replay_interval_ms(&msg) {
+                    // A replay: at most its rate to one endpoint, however many arrived at once.
+                    // A short wait is slept in its task rather than held with a pause (every
+                    // resume costs a fetch, which would slow the replay well below its rate).
+                    task.due_at_ms = replay_pacer.slot(&task.endpoint_id, task.due_at_ms, interval, now_ms());
+                    paced = task.due_at_ms - now_ms() <= crate::replay::PACE_HORIZON_MS;
+                }
+                if task.due_at_ms > now_ms() && !paced {
                     // Hold the head of this partition until it is due; keep polling the others.
                     let mut tpl = TopicPartitionList::new();
                     tpl.add_partition(msg.topic(), msg.partition());

@@ -6,6 +6,7 @@
 
 #![forbid(unsafe_code)]
 
+mod dlq;
 mod listen;
 mod secrets;
 
@@ -59,6 +60,9 @@ enum Command {
     /// Inspect the outbox.
     #[command(subcommand)]
     Outbox(OutboxCmd),
+    /// Dead letters: list, show, replay, stats.
+    #[command(subcommand)]
+    Dlq(dlq::DlqCmd),
     /// Run a receiver that verifies each delivery's signature and prints it.
     Listen(listen::ListenArgs),
     /// Keys that seal endpoint secrets at rest.
@@ -149,6 +153,8 @@ struct EndpointCreate {
 enum EventCmd {
     /// Write events to the outbox in one transaction; prints their ids.
     Publish(EventPublish),
+    /// Send one event again to one endpoint (same webhook-id), through the retry path.
+    Resend(dlq::ResendArgs),
 }
 
 #[derive(Args)]
@@ -254,7 +260,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let pool = hookstream_store::connect(&cfg.database)
                 .await
                 .with_context(|| format!("connecting to {}", redact(&cfg.database.url)))?;
-            run_db(command, &pool, &cfg.secrets).await
+            match command {
+                Command::Dlq(cmd) => dlq::run(cmd, &pool, &cfg.kafka, &cfg.retry).await,
+                Command::Event(EventCmd::Resend(a)) => dlq::resend(a, &pool, &cfg.kafka, &cfg.retry).await,
+                command => run_db(command, &pool, &cfg.secrets).await,
+            }
         }
     }
 }
@@ -409,6 +419,7 @@ async fn run_db(command: Command, pool: &PgPool, secrets_cfg: &SecretsConfig) ->
         | Command::Secrets(secrets::SecretsCmd::GenerateKey { .. }) => {
             unreachable!("handled without a database")
         }
+        Command::Dlq(_) | Command::Event(EventCmd::Resend(_)) => unreachable!("handled in dlq.rs"),
     }
     Ok(())
 }

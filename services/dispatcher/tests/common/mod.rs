@@ -11,6 +11,10 @@ pub fn dispatcher_config(env: &TestEnv) -> dispatcher::Config {
         database: env.database.clone(),
         kafka: env.kafka.clone(),
         retry: env.retry.clone(),
+        dlq: dispatcher::dlq_sink::DlqConfig {
+            sink_group_id: env.dlq_sink_group(),
+            ..Default::default()
+        },
         secrets: env.secrets.clone(),
         ..Default::default()
     }

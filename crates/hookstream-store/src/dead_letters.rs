@@ -1,0 +1,283 @@
+//! Dead letters in PostgreSQL (`hookstream.dead_letters`): what the dispatcher's DLQ sink
+//! stores from the DLQ topic, and what `hookstream dlq list|show|stats|replay` read.
+//!
+//! A row is keyed by the Kafka position of its DLQ record, so storing the same record twice
+//! (the sink re-reads after a crash) writes one row.
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use sqlx::{PgPool, Postgres, QueryBuilder};
+use uuid::Uuid;
+
+use crate::StoreError;
+
+/// Longest reason kept, in characters (reasons quote receivers' error messages).
+const MAX_REASON_CHARS: usize = 4_000;
+/// Longest event type or error class kept.
+const MAX_LABEL_CHARS: usize = 200;
+
+/// A Kafka record position.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Position {
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+}
+
+/// A dead letter to store.
+#[derive(Debug, Clone)]
+pub struct NewDeadLetter {
+    pub tenant_id: Option<Uuid>,
+    pub endpoint_id: Option<Uuid>,
+    pub event_id: Option<Uuid>,
+    pub event_type: String,
+    pub reason: String,
+    pub error_class: String,
+    pub last_status: i32,
+    pub attempts: i32,
+    pub first_attempt_at: Option<DateTime<Utc>>,
+    pub dead_at: DateTime<Utc>,
+    /// Where the DLQ record is: the idempotency key.
+    pub source: Position,
+    /// Where the event was originally read from.
+    pub origin: Option<Position>,
+    /// The encoded `EventEnvelope`, when there is one.
+    pub event: Option<Vec<u8>>,
+    /// Undecodable bytes, for poison records.
+    pub raw: Option<Vec<u8>>,
+    pub last_response: Option<Vec<u8>>,
+}
+
+/// A stored dead letter without its byte columns (what lists show).
+#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+pub struct DeadLetter {
+    pub id: i64,
+    pub tenant_id: Option<Uuid>,
+    pub endpoint_id: Option<Uuid>,
+    pub event_id: Option<Uuid>,
+    pub event_type: String,
+    pub reason: String,
+    pub error_class: String,
+    pub last_status: i32,
+    pub attempts: i32,
+    pub first_attempt_at: Option<DateTime<Utc>>,
+    pub dead_at: DateTime<Utc>,
+    pub stored_at: DateTime<Utc>,
+    pub source_topic: String,
+    pub source_partition: i32,
+    pub source_offset: i64,
+    pub origin_topic: Option<String>,
+    pub origin_partition: Option<i32>,
+    pub origin_offset: Option<i64>,
+    pub replayed_at: Option<DateTime<Utc>>,
+    pub replay_count: i32,
+}
+
+/// A stored dead letter with its bytes: the event envelope, poison bytes, the response.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct DeadLetterDetail {
+    #[sqlx(flatten)]
+    pub letter: DeadLetter,
+    pub event: Option<Vec<u8>>,
+    pub raw: Option<Vec<u8>>,
+    pub last_response: Option<Vec<u8>>,
+}
+
+/// Which dead letters; every field narrows the selection, `None` does not filter.
+#[derive(Debug, Clone, Default)]
+pub struct Filter {
+    pub ids: Option<Vec<i64>>,
+    pub tenant: Option<Uuid>,
+    pub endpoint: Option<Uuid>,
+    /// `dead_at >= since`.
+    pub since: Option<DateTime<Utc>>,
+    /// `dead_at < until`.
+    pub until: Option<DateTime<Utc>>,
+    pub class: Option<String>,
+    /// Only rows never replayed.
+    pub unreplayed_only: bool,
+}
+
+/// Dead letters of one endpoint (or of no endpoint: poison), for `dlq stats`.
+#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+pub struct EndpointStats {
+    pub tenant_id: Option<Uuid>,
+    pub endpoint_id: Option<Uuid>,
+    pub count: i64,
+    /// The most common error class.
+    pub top_error_class: String,
+    /// The most common last HTTP status (0: no response).
+    pub top_status: i32,
+    pub first_seen: DateTime<Utc>,
+    pub last_seen: DateTime<Utc>,
+    /// How many of them were replayed at least once.
+    pub replayed: i64,
+}
+
+const SUMMARY_COLUMNS: &str = "id, tenant_id, endpoint_id, event_id, event_type, reason, error_class, \
+     last_status, attempts, first_attempt_at, dead_at, stored_at, source_topic, source_partition, \
+     source_offset, origin_topic, origin_partition, origin_offset, replayed_at, replay_count";
+
+/// PostgreSQL text cannot hold NUL; records come from Kafka and may contain anything.
+fn clean(text: &str, max_chars: usize) -> String {
+    text.chars().filter(|c| *c != '\0').take(max_chars).collect()
+}
+
+/// Stores a dead letter; returns its id, or `None` when this DLQ record was stored before.
+pub async fn insert(pool: &PgPool, d: &NewDeadLetter) -> Result<Option<i64>, StoreError> {
+    let origin = d.origin.as_ref();
+    let id: Option<i64> = sqlx::query_scalar(
+        "INSERT INTO hookstream.dead_letters
+            (tenant_id, endpoint_id, event_id, event_type, reason, error_class, last_status, attempts,
+             first_attempt_at, dead_at, source_topic, source_partition, source_offset,
+             origin_topic, origin_partition, origin_offset, event, raw, last_response)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)
+         ON CONFLICT (source_topic, source_partition, source_offset) DO NOTHING
+         RETURNING id",
+    )
+    .bind(d.tenant_id)
+    .bind(d.endpoint_id)
+    .bind(d.event_id)
+    .bind(clean(&d.event_type, MAX_LABEL_CHARS))
+    .bind(clean(&d.reason, MAX_REASON_CHARS))
+    .bind(clean(&d.error_class, MAX_LABEL_CHARS))
+    .bind(d.last_status)
+    .bind(d.attempts)
+    .bind(d.first_attempt_at)
+    .bind(d.dead_at)
+    .bind(clean(&d.source.topic, MAX_LABEL_CHARS * 2))
+    .bind(d.source.partition)
+    .bind(d.source.offset)
+    .bind(origin.map(|o| clean(&o.topic, MAX_LABEL_CHARS * 2)))
+    .bind(origin.map(|o| o.partition))
+    .bind(origin.map(|o| o.offset))
+    .bind(d.event.as_deref())
+    .bind(d.raw.as_deref())
+    .bind(d.last_response.as_deref())
+    .fetch_optional(pool)
+    .await
+    .map_err(StoreError::from_db)?;
+    Ok(id)
+}
+
+fn push_filter<'a>(q: &mut QueryBuilder<'a, Postgres>, f: &'a Filter) {
+    q.push(" WHERE true");
+    if let Some(ids) = &f.ids {
+        q.push(" AND id = ANY(").push_bind(ids).push(")");
+    }
+    if let Some(t) = f.tenant {
+        q.push(" AND tenant_id = ").push_bind(t);
+    }
+    if let Some(e) = f.endpoint {
+        q.push(" AND endpoint_id = ").push_bind(e);
+    }
+    if let Some(s) = f.since {
+        q.push(" AND dead_at >= ").push_bind(s);
+    }
+    if let Some(u) = f.until {
+        q.push(" AND dead_at < ").push_bind(u);
+    }
+    if let Some(c) = &f.class {
+        q.push(" AND error_class = ").push_bind(c);
+    }
+    if f.unreplayed_only {
+        q.push(" AND replayed_at IS NULL");
+    }
+}
+
+/// Matching dead letters, newest first, at most `limit`.
+pub async fn list(pool: &PgPool, filter: &Filter, limit: i64) -> Result<Vec<DeadLetter>, StoreError> {
+    let mut q = QueryBuilder::new(format!("SELECT {SUMMARY_COLUMNS} FROM hookstream.dead_letters"));
+    push_filter(&mut q, filter);
+    q.push(" ORDER BY dead_at DESC, id DESC LIMIT ")
+        .push_bind(limit.max(0));
+    Ok(q.build_query_as::<DeadLetter>().fetch_all(pool).await?)
+}
+
+/// Matching dead letters with their bytes, oldest first, with ids above `after_id`: a page
+/// of what a replay sends (call again with the last id until it returns nothing).
+pub async fn page_for_replay(
+    pool: &PgPool,
+    filter: &Filter,
+    after_id: i64,
+    limit: i64,
+) -> Result<Vec<DeadLetterDetail>, StoreError> {
+    let mut q = QueryBuilder::new(format!(
+        "SELECT {SUMMARY_COLUMNS}, event, raw, last_response FROM hookstream.dead_letters"
+    ));
+    push_filter(&mut q, filter);
+    q.push(" AND id > ").push_bind(after_id);
+    q.push(" ORDER BY id LIMIT ").push_bind(limit.max(0));
+    Ok(q.build_query_as::<DeadLetterDetail>().fetch_all(pool).await?)
+}
+
+/// How many dead letters match.
+pub async fn count(pool: &PgPool, filter: &Filter) -> Result<i64, StoreError> {
+    let mut q = QueryBuilder::new("SELECT count(*) FROM hookstream.dead_letters");
+    push_filter(&mut q, filter);
+    Ok(q.build_query_scalar::<i64>().fetch_one(pool).await?)
+}
+
+/// One dead letter with its bytes.
+pub async fn get(pool: &PgPool, id: i64) -> Result<DeadLetterDetail, StoreError> {
+    sqlx::query_as::<_, DeadLetterDetail>(&format!(
+        "SELECT {SUMMARY_COLUMNS}, event, raw, last_response FROM hookstream.dead_letters WHERE id = $1"
+    ))
+    .bind(id)
+    .fetch_optional(pool)
+    .await?
+    .ok_or_else(|| StoreError::NotFound(format!("dead letter {id}")))
+}
+
+/// The encoded envelope of an event, from its most recent dead letter, if it has one.
+pub async fn event_envelope(pool: &PgPool, event_id: Uuid) -> Result<Option<Vec<u8>>, StoreError> {
+    Ok(sqlx::query_scalar(
+        "SELECT event FROM hookstream.dead_letters
+          WHERE event_id = $1 AND event IS NOT NULL ORDER BY id DESC LIMIT 1",
+    )
+    .bind(event_id)
+    .fetch_optional(pool)
+    .await?)
+}
+
+/// Records that these dead letters were put back into the pipeline (after Kafka's ack).
+pub async fn mark_replayed(pool: &PgPool, ids: &[i64]) -> Result<u64, StoreError> {
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    let done = sqlx::query(
+        "UPDATE hookstream.dead_letters SET replayed_at = now(), replay_count = replay_count + 1
+          WHERE id = ANY($1)",
+    )
+    .bind(ids)
+    .execute(pool)
+    .await?;
+    Ok(done.rows_affected())
+}
+
+/// Per endpoint: how many dead letters, the most common error class and status, first and
+/// last seen; the endpoints with the most first.
+pub async fn stats(pool: &PgPool, filter: &Filter) -> Result<Vec<EndpointStats>, StoreError> {
+    let mut q = QueryBuilder::new(
+        "SELECT tenant_id, endpoint_id, count(*) AS count,
+                mode() WITHIN GROUP (ORDER BY error_class) AS top_error_class,
+                mode() WITHIN GROUP (ORDER BY last_status) AS top_status,
+                min(dead_at) AS first_seen, max(dead_at) AS last_seen,
+                count(*) FILTER (WHERE replayed_at IS NOT NULL) AS replayed
+           FROM hookstream.dead_letters",
+    );
+    push_filter(&mut q, filter);
+    q.push(" GROUP BY tenant_id, endpoint_id ORDER BY count DESC, last_seen DESC");
+    Ok(q.build_query_as::<EndpointStats>().fetch_all(pool).await?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::clean;
+
+    #[test]
+    fn clean_drops_nul_and_caps_length() {
+        assert_eq!(clean("a\0b", 10), "ab");
+        assert_eq!(clean("héllo", 2), "hé");
+    }
+}

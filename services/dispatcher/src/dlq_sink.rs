@@ -1,0 +1,377 @@
+//! The DLQ sink: consumes the DLQ topic in its own consumer group and stores every record in
+//! PostgreSQL (`hookstream.dead_letters`), where `hookstream dlq …` lists, shows and replays
+//! them. It runs inside each dispatcher process (the group shares the partitions).
+//!
+//! A record's offset is stored only after its row is committed (invariant 1); while the
+//! database is down the sink keeps retrying with backoff and never skips a record, pausing
+//! its partitions (and polling on) when too many records wait. Records that are not valid
+//! dead letters are stored too, as class `decode` with their raw bytes; nothing on this topic
+//! stops the sink (invariant 5). A row is keyed by the record's position, so a record read
+//! twice after a crash is stored once.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use chrono::{DateTime, Utc};
+use hookstream_config::KafkaConfig;
+use hookstream_kafka::rdkafka::consumer::{
+    BaseConsumer, Consumer, ConsumerContext, Rebalance, StreamConsumer,
+};
+use hookstream_kafka::rdkafka::{ClientContext, Message as _};
+use hookstream_kafka::tracker::{OffsetTracker, Ticket};
+use hookstream_proto::{DeadLetter, Message as _};
+use hookstream_store::dead_letters::{self, NewDeadLetter, Position};
+use hookstream_store::sqlx::PgPool;
+use hookstream_store::StoreError;
+use serde::{Deserialize, Serialize};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use uuid::Uuid;
+
+use crate::{now_ms, DispatchError, DispatcherMetrics};
+
+/// Records being stored at once; above this the sink pauses its partitions (polling on).
+const MAX_IN_FLIGHT: usize = 64;
+/// Most of a last response kept in the table.
+const MAX_RESPONSE_BYTES: usize = 64 * 1024;
+
+/// The `[dlq]` section of the dispatcher's configuration.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct DlqConfig {
+    /// Store every DLQ record in PostgreSQL (`hookstream.dead_letters`). Turn it off only
+    /// where another process does it: without it `hookstream dlq` sees nothing new.
+    pub sink_enabled: bool,
+    /// Consumer group of the sink on the DLQ topic.
+    pub sink_group_id: String,
+}
+
+impl Default for DlqConfig {
+    fn default() -> Self {
+        Self {
+            sink_enabled: true,
+            sink_group_id: "hookstream-dlq-sink".into(),
+        }
+    }
+}
+
+/// Forgets a revoked partition's outstanding offsets before anyone else owns it.
+struct SinkContext {
+    tracker: Arc<Mutex<OffsetTracker>>,
+}
+
+impl ClientContext for SinkContext {}
+
+impl ConsumerContext for SinkContext {
+    fn pre_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        let mut tracker = self.tracker.lock().expect("tracker lock");
+        match rebalance {
+            Rebalance::Revoke(tpl) => {
+                for el in tpl.elements() {
+                    tracker.revoke(el.topic(), el.partition());
+                }
+            }
+            Rebalance::Assign(_) => {}
+            Rebalance::Error(_) => tracker.revoke_all(),
+        }
+    }
+}
+
+/// Consumes the DLQ topic until `shutdown`, then drains within `grace`.
+pub(crate) async fn run(
+    pool: PgPool,
+    kafka: KafkaConfig,
+    cfg: DlqConfig,
+    metrics: DispatcherMetrics,
+    grace: Duration,
+    shutdown: CancellationToken,
+) -> Result<(), DispatchError> {
+    let tracker = Arc::new(Mutex::new(OffsetTracker::new()));
+    let consumer: Arc<StreamConsumer<SinkContext>> = Arc::new(
+        hookstream_kafka::consumer_config(&kafka, &cfg.sink_group_id).create_with_context(SinkContext {
+            tracker: tracker.clone(),
+        })?,
+    );
+    consumer.subscribe(&[kafka.topics.dlq.as_str()])?;
+    tracing::info!(topic = %kafka.topics.dlq, group = %cfg.sink_group_id, "DLQ sink consuming");
+
+    let (done_tx, mut done_rx) = mpsc::unbounded_channel::<Ticket>();
+    let tasks = TaskTracker::new();
+    let mut in_flight = 0usize;
+    let mut paused = false;
+    loop {
+        tokio::select! {
+            biased;
+            _ = shutdown.cancelled() => break,
+            Some(ticket) = done_rx.recv() => {
+                in_flight = in_flight.saturating_sub(1);
+                crate::store_completed(&consumer, &tracker, &ticket);
+                if paused && in_flight < MAX_IN_FLIGHT / 2 {
+                    set_paused(&consumer, false);
+                    paused = false;
+                }
+            }
+            // Always polled, even with every partition paused (max.poll.interval.ms).
+            received = consumer.recv() => {
+                let msg = match received {
+                    Ok(m) => m,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "kafka consumer error (DLQ sink)");
+                        continue;
+                    }
+                };
+                let timestamp_ms = msg.timestamp().to_millis();
+                let ticket = tracker.lock().expect("tracker lock").begin(
+                    msg.topic(),
+                    msg.partition(),
+                    msg.offset(),
+                    timestamp_ms.unwrap_or_else(now_ms),
+                );
+                let source = Position {
+                    topic: msg.topic().to_string(),
+                    partition: msg.partition(),
+                    offset: msg.offset(),
+                };
+                let payload = msg.payload().map(Bytes::copy_from_slice).unwrap_or_default();
+                let row = to_row(&payload, source, timestamp_ms);
+                let (pool, metrics, shutdown, done_tx) =
+                    (pool.clone(), metrics.clone(), shutdown.clone(), done_tx.clone());
+                tasks.spawn(async move {
+                    if store(&pool, &metrics, row, &payload, &shutdown).await {
+                        let _ = done_tx.send(ticket);
+                    }
+                });
+                in_flight += 1;
+                if in_flight >= MAX_IN_FLIGHT {
+                    // Also covers partitions assigned since the last pause.
+                    set_paused(&consumer, true);
+                    paused = true;
+                }
+            }
+        }
+    }
+    crate::drain(&consumer, &tracker, &mut done_rx, &tasks, grace).await;
+    tracing::info!("DLQ sink stopped");
+    Ok(())
+}
+
+fn set_paused(consumer: &StreamConsumer<SinkContext>, pause: bool) {
+    let result = consumer.assignment().and_then(|tpl| {
+        if pause {
+            consumer.pause(&tpl)
+        } else {
+            consumer.resume(&tpl)
+        }
+    });
+    if let Err(e) = result {
+        tracing::debug!(error = %e, pause, "DLQ sink: pause/resume failed (rebalancing?)");
+    }
+}
+
+/// Stores one row, retrying with backoff until it is committed; false only when shutdown
+/// came first (the offset then stays unstored and the record is read again).
+async fn store(
+    pool: &PgPool,
+    metrics: &DispatcherMetrics,
+    mut row: NewDeadLetter,
+    payload: &[u8],
+    shutdown: &CancellationToken,
+) -> bool {
+    let mut backoff = Duration::from_millis(200);
+    loop {
+        match dead_letters::insert(pool, &row).await {
+            Ok(id) => {
+                let result = if id.is_some() { "stored" } else { "duplicate" };
+                metrics.dlq_stored.with_label_values(&[result]).inc();
+                return true;
+            }
+            // The database refuses the values themselves (a date out of range, say): retrying
+            // would never succeed, so keep the record as poison, with all its bytes.
+            Err(StoreError::Invalid(why)) if row.raw.as_deref() != Some(payload) => {
+                tracing::warn!(error = %why, topic = %row.source.topic, partition = row.source.partition,
+                    offset = row.source.offset, "dead letter refused by the database, storing it as raw bytes");
+                row = poison(
+                    payload,
+                    row.source,
+                    format!("dead-letter record could not be stored as is: {why}"),
+                    row.dead_at,
+                );
+            }
+            Err(e) => {
+                metrics.dlq_store_errors.inc();
+                tracing::warn!(error = %e, retry_in_ms = backoff.as_millis() as u64,
+                    "cannot store a dead letter, retrying");
+                tokio::select! {
+                    _ = tokio::time::sleep(backoff) => {}
+                    _ = shutdown.cancelled() => return false,
+                }
+                backoff = (backoff * 2).min(Duration::from_secs(30));
+            }
+        }
+    }
+}
+
+fn time(ms: i64) -> Option<DateTime<Utc>> {
+    (ms > 0).then(|| DateTime::from_timestamp_millis(ms)).flatten()
+}
+
+fn parse_id(text: &str) -> Option<Uuid> {
+    Uuid::parse_str(text).ok()
+}
+
+/// A record that is not a usable dead letter: kept whole, class `decode`.
+fn poison(payload: &[u8], source: Position, reason: String, dead_at: DateTime<Utc>) -> NewDeadLetter {
+    NewDeadLetter {
+        tenant_id: None,
+        endpoint_id: None,
+        event_id: None,
+        event_type: String::new(),
+        reason,
+        error_class: "decode".into(),
+        last_status: 0,
+        attempts: 0,
+        first_attempt_at: None,
+        dead_at,
+        source,
+        origin: None,
+        event: None,
+        raw: Some(payload.to_vec()),
+        last_response: None,
+    }
+}
+
+/// The row for one DLQ record. Never fails: what cannot be decoded is stored as poison.
+pub(crate) fn to_row(payload: &[u8], source: Position, record_timestamp_ms: Option<i64>) -> NewDeadLetter {
+    let received_at = record_timestamp_ms.and_then(time).unwrap_or_else(Utc::now);
+    let letter = match DeadLetter::decode(payload) {
+        Ok(l) => l,
+        Err(e) => {
+            return poison(
+                payload,
+                source,
+                format!("undecodable dead-letter record: {e}"),
+                received_at,
+            )
+        }
+    };
+    if letter.event.is_none()
+        && letter.reason.is_empty()
+        && letter.error_class.is_empty()
+        && letter.raw.is_empty()
+    {
+        return poison(
+            payload,
+            source,
+            "dead-letter record without an event, a reason or raw bytes".into(),
+            received_at,
+        );
+    }
+    let event = letter.event.as_ref();
+    let tenant = if letter.tenant_id.is_empty() {
+        event.map(|e| e.tenant_id.as_str()).unwrap_or_default()
+    } else {
+        letter.tenant_id.as_str()
+    };
+    NewDeadLetter {
+        tenant_id: parse_id(tenant),
+        endpoint_id: parse_id(&letter.endpoint_id),
+        event_id: event.and_then(|e| parse_id(&e.event_id)),
+        event_type: event.map(|e| e.event_type.clone()).unwrap_or_default(),
+        reason: if letter.reason.is_empty() {
+            "(no reason given)".into()
+        } else {
+            letter.reason.clone()
+        },
+        error_class: if letter.error_class.is_empty() {
+            "other".into()
+        } else {
+            letter.error_class.clone()
+        },
+        last_status: letter.last_status,
+        attempts: i32::try_from(letter.attempts).unwrap_or(i32::MAX),
+        first_attempt_at: time(letter.first_attempt_at_ms),
+        dead_at: time(letter.dead_at_ms).unwrap_or(received_at),
+        source,
+        origin: letter.origin.as_ref().map(|o| Position {
+            topic: o.topic.clone(),
+            partition: o.partition,
+            offset: o.offset,
+        }),
+        event: event.map(|e| e.encode_to_vec()),
+        raw: (!letter.raw.is_empty()).then(|| letter.raw.to_vec()),
+        last_response: (!letter.last_response.is_empty())
+            .then(|| letter.last_response[..letter.last_response.len().min(MAX_RESPONSE_BYTES)].to_vec()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hookstream_proto::EventEnvelope;
+
+    fn source() -> Position {
+        Position {
+            topic: "dlq".into(),
+            partition: 1,
+            offset: 7,
+        }
+    }
+
+    #[test]
+    fn garbage_becomes_a_decode_row_with_the_bytes() {
+        let row = to_row(b"\xff\xff\xff", source(), Some(1_700_000_000_000));
+        assert_eq!(row.error_class, "decode");
+        assert_eq!(row.raw.as_deref(), Some(&b"\xff\xff\xff"[..]));
+        assert!(
+            row.reason.starts_with("undecodable dead-letter record"),
+            "{}",
+            row.reason
+        );
+        assert_eq!(row.dead_at.timestamp_millis(), 1_700_000_000_000);
+        assert_eq!(row.source, source());
+    }
+
+    #[test]
+    fn an_empty_record_is_poison_too() {
+        let row = to_row(b"", source(), None);
+        assert_eq!(row.error_class, "decode");
+        assert_eq!(row.raw.as_deref(), Some(&b""[..]));
+    }
+
+    #[test]
+    fn a_dead_letter_keeps_its_fields_and_tolerates_bad_ids() {
+        let tenant = Uuid::now_v7();
+        let event = EventEnvelope {
+            event_id: Uuid::now_v7().to_string(),
+            tenant_id: tenant.to_string(),
+            event_type: "order.created".into(),
+            payload: Bytes::from_static(b"{}"),
+            ..Default::default()
+        };
+        let letter = DeadLetter {
+            event: Some(event.clone()),
+            endpoint_id: "not-a-uuid".into(),
+            reason: "gave up".into(),
+            error_class: "http_5xx".into(),
+            last_status: 503,
+            attempts: 8,
+            first_attempt_at_ms: 1_000,
+            dead_at_ms: 2_000,
+            ..Default::default()
+        };
+        let row = to_row(&letter.encode_to_vec(), source(), None);
+        assert_eq!(
+            row.tenant_id,
+            Some(tenant),
+            "the tenant comes from the event when unset"
+        );
+        assert_eq!(row.endpoint_id, None);
+        assert_eq!(row.event_type, "order.created");
+        assert_eq!((row.last_status, row.attempts), (503, 8));
+        assert_eq!(row.dead_at.timestamp_millis(), 2_000);
+        assert_eq!(row.event, Some(event.encode_to_vec()));
+        assert_eq!(row.raw, None);
+    }
+}

@@ -1,0 +1,631 @@
+//! Dead letters in PostgreSQL and replay, on real Kafka and PostgreSQL with loopback
+//! receivers: a dead letter is stored with its reason and replays with the same webhook-id;
+//! poison on the DLQ topic is stored and the partition moves on; replays keep to their rate;
+//! messages waiting in a retry tier do not slow the main path.
+
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use dispatcher::replay::{ReplayOptions, Replayer};
+use futures::stream::{FuturesUnordered, StreamExt};
+use hookstream_config::RetryConfig;
+use hookstream_kafka::rdkafka::producer::{FutureProducer, FutureRecord};
+use hookstream_proto::{DeadLetter, DeliveryTask, EventEnvelope, Message as _};
+use hookstream_store::dead_letters::{self, Filter, NewDeadLetter, Position};
+use hookstream_store::outbox::NewEvent;
+use hookstream_testkit::{eventually, Behaviour, Receiver, TestEnv};
+use prometheus::Registry;
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+mod common;
+
+fn config(env: &TestEnv, schedule_ms: Vec<u64>) -> dispatcher::Config {
+    let mut cfg = common::dispatcher_config(env);
+    cfg.retry = RetryConfig {
+        schedule_ms,
+        jitter: 0.0,
+        min_throttled_delay_ms: 1_000,
+        ..env.retry.clone()
+    };
+    cfg.delivery.allow_cidrs = vec!["127.0.0.0/8".parse().unwrap()];
+    cfg
+}
+
+/// A relay and a dispatcher exporting into `registry`.
+fn start(env: &TestEnv, cfg: dispatcher::Config, registry: Registry) -> CancellationToken {
+    let token = CancellationToken::new();
+    common::start_relay(env, &token);
+    let t = token.clone();
+    tokio::spawn(async move {
+        dispatcher::run(cfg, &registry, Default::default(), t)
+            .await
+            .expect("dispatcher runs");
+    });
+    token
+}
+
+fn counter(registry: &Registry, name: &str, label: (&str, &str)) -> f64 {
+    registry
+        .gather()
+        .iter()
+        .filter(|f| f.name() == name)
+        .flat_map(|f| f.get_metric().iter())
+        .filter(|m| {
+            m.get_label()
+                .iter()
+                .any(|l| l.name() == label.0 && l.value() == label.1)
+        })
+        .map(|m| m.get_counter().get_value())
+        .sum()
+}
+
+fn producer(env: &TestEnv) -> FutureProducer {
+    hookstream_kafka::producer_config(&env.kafka, Duration::from_secs(10))
+        .create()
+        .unwrap()
+}
+
+async fn produce(p: &FutureProducer, topic: &str, key: &str, payload: &[u8]) {
+    p.send(
+        FutureRecord::to(topic).key(key).payload(payload),
+        Duration::from_secs(10),
+    )
+    .await
+    .expect("acknowledged");
+}
+
+fn event(tenant: Uuid, n: usize) -> EventEnvelope {
+    EventEnvelope {
+        event_id: Uuid::now_v7().to_string(),
+        tenant_id: tenant.to_string(),
+        event_type: "order.created".into(),
+        payload: Bytes::from(json!({ "n": n }).to_string()),
+        created_at_ms: chrono::Utc::now().timestamp_millis(),
+        ..Default::default()
+    }
+}
+
+async fn rows(env: &TestEnv, filter: &Filter) -> Vec<dead_letters::DeadLetter> {
+    dead_letters::list(&env.pool, filter, 1_000).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_letter_is_stored_with_its_reason_and_a_replay_delivers_it_with_the_same_webhook_id() {
+    let env = TestEnv::new(2).await.unwrap();
+    let tenant = env.tenant("t").await.unwrap();
+    let receiver = Receiver::start(Behaviour::Status(500)).await;
+    let ep = env.endpoint(tenant, &receiver, &[]).await.unwrap();
+    let cfg = config(&env, vec![1_000, 2_000]);
+    let registry = Registry::new();
+    let token = start(&env, cfg.clone(), registry.clone());
+    let ids = env
+        .publish(&[NewEvent::new(tenant, "order.created", json!({ "n": 1 }))])
+        .await
+        .unwrap();
+
+    let by_endpoint = Filter {
+        endpoint: Some(ep),
+        ..Default::default()
+    };
+    assert!(
+        eventually(Duration::from_secs(40), || async {
+            rows(&env, &by_endpoint).await.len() == 1
+        })
+        .await,
+        "the dead letter reached PostgreSQL"
+    );
+    let row = rows(&env, &by_endpoint).await.remove(0);
+    assert_eq!(row.reason, "gave up after 3 attempts: HTTP 500");
+    assert_eq!(row.error_class, "http_5xx");
+    assert_eq!(row.last_status, 500);
+    assert_eq!(row.attempts, 3);
+    assert_eq!(row.tenant_id, Some(tenant));
+    assert_eq!(row.event_id, Some(ids[0]));
+    assert_eq!(row.event_type, "order.created");
+    assert_eq!(
+        row.origin_topic.as_deref(),
+        Some(env.kafka.topics.events.as_str())
+    );
+    assert_eq!(row.source_topic, env.kafka.topics.dlq);
+    let first = row.first_attempt_at.expect("first attempt time");
+    assert!(
+        (row.dead_at - first).num_milliseconds() >= 3_000,
+        "the schedule (1 s + 2 s) was waited out"
+    );
+    assert_eq!((row.replay_count, row.replayed_at), (0, None));
+    let detail = dead_letters::get(&env.pool, row.id).await.unwrap();
+    let stored = EventEnvelope::decode(detail.event.as_deref().unwrap()).unwrap();
+    assert_eq!(stored.event_id, ids[0].to_string());
+    // Queryable by tenant, class and time range too; not by another class or range.
+    let pool = &env.pool;
+    let matches = |f: Filter| async move { dead_letters::list(pool, &f, 10).await.unwrap().len() };
+    let now = chrono::Utc::now();
+    assert_eq!(
+        matches(Filter {
+            tenant: Some(tenant),
+            ..Default::default()
+        })
+        .await,
+        1
+    );
+    assert_eq!(
+        matches(Filter {
+            class: Some("http_5xx".into()),
+            ..Default::default()
+        })
+        .await,
+        1
+    );
+    assert_eq!(
+        matches(Filter {
+            class: Some("timeout".into()),
+            ..Default::default()
+        })
+        .await,
+        0
+    );
+    let recent = Filter {
+        since: Some(now - chrono::Duration::minutes(5)),
+        until: Some(now + chrono::Duration::seconds(1)),
+        ..Default::default()
+    };
+    assert_eq!(matches(recent).await, 1);
+    assert_eq!(
+        matches(Filter {
+            until: Some(first),
+            ..Default::default()
+        })
+        .await,
+        0
+    );
+    assert_eq!(
+        counter(&registry, "hookstream_dlq_stored_total", ("result", "stored")),
+        1.0
+    );
+    assert_eq!(receiver.count(), 3);
+
+    // The endpoint recovers; replay the dead letter by id.
+    receiver.set_behaviour(Behaviour::Ok);
+    let replayer = Replayer::new(env.pool.clone(), &env.kafka, &cfg.retry).unwrap();
+    let report = replayer
+        .replay(
+            &Filter {
+                ids: Some(vec![row.id]),
+                ..Default::default()
+            },
+            &ReplayOptions::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(report.replayed, vec![row.id]);
+    assert!(report.skipped.is_empty() && report.failed.is_empty());
+    assert!(
+        eventually(Duration::from_secs(20), || async { receiver.count() >= 4 }).await,
+        "the replay was delivered"
+    );
+    let replayed = receiver.received().remove(3);
+    assert_eq!(replayed.webhook_id, ids[0].to_string(), "the same webhook-id");
+    assert!(replayed.verified, "signed like any delivery");
+    assert_eq!(&replayed.body[..], &stored.payload[..]);
+    let after = dead_letters::get(&env.pool, row.id).await.unwrap().letter;
+    assert_eq!(after.replay_count, 1);
+    assert!(after.replayed_at.is_some());
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            counter(
+                &registry,
+                "hookstream_dlq_replayed_total",
+                ("kind", "dead_letter"),
+            ) == 1.0
+        })
+        .await
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(receiver.count(), 4, "delivered once");
+    assert_eq!(rows(&env, &by_endpoint).await.len(), 1, "not dead-lettered again");
+    token.cancel();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn poison_on_the_dlq_topic_is_stored_as_decode_with_its_bytes_and_the_partition_moves_on() {
+    let env = TestEnv::new(1).await.unwrap();
+    let registry = Registry::new();
+    let token = start(&env, config(&env, vec![1_000]), registry.clone());
+    let p = producer(&env);
+    produce(&p, &env.kafka.topics.dlq, "", b"\x00\x01garbage").await;
+    let tenant = Uuid::now_v7();
+    let endpoint = Uuid::now_v7();
+    let letter = DeadLetter {
+        event: Some(event(tenant, 1)),
+        endpoint_id: endpoint.to_string(),
+        tenant_id: tenant.to_string(),
+        reason: "permanent failure: HTTP 404".into(),
+        error_class: "http_4xx".into(),
+        last_status: 404,
+        attempts: 1,
+        dead_at_ms: chrono::Utc::now().timestamp_millis(),
+        last_response: Bytes::from_static(b"no such hook"),
+        ..Default::default()
+    };
+    produce(
+        &p,
+        &env.kafka.topics.dlq,
+        &endpoint.to_string(),
+        &letter.encode_to_vec(),
+    )
+    .await;
+
+    assert!(
+        eventually(Duration::from_secs(30), || async {
+            rows(&env, &Filter::default()).await.len() == 2
+        })
+        .await,
+        "both records stored"
+    );
+    let mut all = rows(&env, &Filter::default()).await;
+    all.sort_by_key(|r| r.source_offset);
+    let poison = dead_letters::get(&env.pool, all[0].id).await.unwrap();
+    assert_eq!(poison.letter.error_class, "decode");
+    assert!(
+        poison.letter.reason.starts_with("undecodable dead-letter record"),
+        "{}",
+        poison.letter.reason
+    );
+    assert_eq!(poison.raw.as_deref(), Some(&b"\x00\x01garbage"[..]));
+    assert_eq!((poison.letter.tenant_id, poison.letter.endpoint_id), (None, None));
+    let good = dead_letters::get(&env.pool, all[1].id).await.unwrap();
+    assert_eq!(good.letter.error_class, "http_4xx");
+    assert_eq!(good.letter.endpoint_id, Some(endpoint));
+    assert_eq!(good.letter.last_status, 404);
+    assert_eq!(good.last_response.as_deref(), Some(&b"no such hook"[..]));
+
+    // The sink committed past both records.
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            sink_committed(&env) == Some(2)
+        })
+        .await,
+        "the sink's offset moved past the poison: {:?}",
+        sink_committed(&env)
+    );
+    assert_eq!(
+        counter(&registry, "hookstream_dlq_stored_total", ("result", "stored")),
+        2.0
+    );
+    token.cancel();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn storing_the_same_dlq_record_twice_writes_one_row() {
+    let env = TestEnv::new(1).await.unwrap();
+    let row = NewDeadLetter {
+        tenant_id: None,
+        endpoint_id: None,
+        event_id: None,
+        event_type: String::new(),
+        reason: "r\0with a NUL".into(),
+        error_class: "decode".into(),
+        last_status: 0,
+        attempts: 0,
+        first_attempt_at: None,
+        dead_at: chrono::Utc::now(),
+        source: Position {
+            topic: "dlq".into(),
+            partition: 0,
+            offset: 42,
+        },
+        origin: None,
+        event: None,
+        raw: Some(vec![0, 1, 2]),
+        last_response: None,
+    };
+    let first = dead_letters::insert(&env.pool, &row).await.unwrap();
+    assert!(first.is_some());
+    assert_eq!(dead_letters::insert(&env.pool, &row).await.unwrap(), None);
+    let all = rows(&env, &Filter::default()).await;
+    assert_eq!(all.len(), 1);
+    assert_eq!(
+        all[0].reason, "rwith a NUL",
+        "NUL cannot be stored in text; it is dropped"
+    );
+}
+
+/// Replays 30 dead letters at 10/s and checks the receiver's arrival times. With
+/// `dispatcher_late`, the dispatcher starts only after the whole replay was produced, so the
+/// retry role takes every task up overdue at once: the pacing must then come from the
+/// retry role itself, not from the tasks' due times.
+async fn replay_at_rate(dispatcher_late: bool) {
+    const N: usize = 30;
+    const RATE: f64 = 10.0;
+    let env = TestEnv::new(2).await.unwrap();
+    let tenant = env.tenant("t").await.unwrap();
+    let receiver = Receiver::start(Behaviour::Ok).await;
+    let ep = env.endpoint(tenant, &receiver, &[]).await.unwrap();
+    let cfg = config(&env, vec![1_000]);
+    let mut want = HashSet::new();
+    for n in 0..N {
+        let e = event(tenant, n);
+        want.insert(e.event_id.clone());
+        let row = NewDeadLetter {
+            tenant_id: Some(tenant),
+            endpoint_id: Some(ep),
+            event_id: e.event_id.parse().ok(),
+            event_type: e.event_type.clone(),
+            reason: "gave up after 8 attempts: HTTP 503".into(),
+            error_class: "http_5xx".into(),
+            last_status: 503,
+            attempts: 8,
+            first_attempt_at: None,
+            dead_at: chrono::Utc::now(),
+            source: Position {
+                topic: env.kafka.topics.dlq.clone(),
+                partition: 0,
+                offset: n as i64,
+            },
+            origin: None,
+            event: Some(e.encode_to_vec()),
+            raw: None,
+            last_response: None,
+        };
+        dead_letters::insert(&env.pool, &row).await.unwrap();
+    }
+    let tier = cfg.retry.tiers()[0].1.clone();
+    hookstream_kafka::ensure_topics(&env.kafka, &[(tier.as_str(), env.partitions)], 1)
+        .await
+        .unwrap();
+    let mut token = None;
+    if !dispatcher_late {
+        token = Some(start(&env, cfg.clone(), Registry::new()));
+        tokio::time::sleep(Duration::from_secs(3)).await; // let the retry role join its group
+    }
+    let replayer = Replayer::new(env.pool.clone(), &env.kafka, &cfg.retry).unwrap();
+    let by_endpoint = Filter {
+        endpoint: Some(ep),
+        ..Default::default()
+    };
+    let report = replayer
+        .replay(
+            &by_endpoint,
+            &ReplayOptions {
+                rate_per_s: RATE,
+                dry_run: false,
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(report.replayed.len(), N);
+    let token = token.unwrap_or_else(|| start(&env, cfg.clone(), Registry::new()));
+    assert!(
+        eventually(Duration::from_secs(40), || async { receiver.count() >= N }).await,
+        "every replay delivered"
+    );
+    let got = receiver.received();
+    let ids: HashSet<String> = got.iter().map(|r| r.webhook_id.clone()).collect();
+    assert_eq!(ids, want, "each event once, with its own webhook-id");
+    // Any k consecutive arrivals span at least (k - 1) / rate, less 100 ms of tolerance.
+    let at: Vec<f64> = got
+        .iter()
+        .map(|r| r.at.duration_since(got[0].at).as_secs_f64())
+        .collect();
+    for i in 0..N {
+        for j in i + 1..N {
+            let span = at[j] - at[i];
+            let floor = (j - i) as f64 / RATE - 0.1;
+            assert!(
+                span >= floor,
+                "arrivals {i}..{j} took {span:.3} s, faster than {RATE}/s allows ({floor:.3} s); arrivals {at:.3?}"
+            );
+        }
+    }
+    let total = at[N - 1];
+    assert!(
+        total < (N - 1) as f64 / RATE + 5.0,
+        "not much slower either: {total:.2} s"
+    );
+    println!("{N} replays at {RATE}/s arrived over {total:.2} s: {at:.2?}");
+    token.cancel();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_reaches_the_receiver_no_faster_than_its_rate() {
+    replay_at_rate(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_taken_up_all_at_once_is_still_paced_by_the_retry_role() {
+    replay_at_rate(true).await;
+}
+
+/// Publishes `n` events one by one through the outbox and returns the median latency from
+/// commit to arrival, in ms.
+async fn main_path_p50(env: &TestEnv, tenant: Uuid, receiver: &Receiver, n: usize) -> f64 {
+    let before = receiver.count();
+    let mut published: HashMap<String, Instant> = HashMap::new();
+    for i in 0..n {
+        let ids = env
+            .publish(&[
+                NewEvent::new(tenant, "order.created", json!({ "i": i })).aggregate("order", i.to_string())
+            ])
+            .await
+            .unwrap();
+        published.insert(ids[0].to_string(), Instant::now());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(
+        eventually(Duration::from_secs(60), || async {
+            receiver.count() >= before + n
+        })
+        .await,
+        "all {n} delivered"
+    );
+    let mut latencies: Vec<f64> = receiver
+        .received()
+        .iter()
+        .filter_map(|r| {
+            published
+                .get(&r.webhook_id)
+                .map(|t| r.at.saturating_duration_since(*t).as_secs_f64() * 1000.0)
+        })
+        .collect();
+    assert_eq!(latencies.len(), n);
+    latencies.sort_by(f64::total_cmp);
+    latencies[n / 2]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_thousand_waiting_retries_do_not_slow_the_main_path() {
+    const WAITING: usize = 10_000;
+    let env = TestEnv::new(2).await.unwrap();
+    let tenant = env.tenant("t").await.unwrap();
+    let receiver = Receiver::start(Behaviour::Ok).await;
+    let ep = env.endpoint(tenant, &receiver, &[]).await.unwrap();
+    let cfg = config(&env, vec![5_000]);
+    let registry = Registry::new();
+    let token = start(&env, cfg.clone(), registry.clone());
+    main_path_p50(&env, tenant, &receiver, 20).await; // warm-up
+    let without = main_path_p50(&env, tenant, &receiver, 200).await;
+
+    // 10,000 retries due in an hour, in the only tier.
+    let tier = cfg.retry.tiers()[0].1.clone();
+    let p = producer(&env);
+    let due = chrono::Utc::now().timestamp_millis() + 3_600_000;
+    let mut acks = FuturesUnordered::new();
+    for n in 0..WAITING {
+        let task = DeliveryTask {
+            event: Some(event(tenant, n)),
+            endpoint_id: ep.to_string(),
+            attempt: 1,
+            due_at_ms: due,
+            ..Default::default()
+        }
+        .encode_to_vec();
+        let key = ep.to_string();
+        let p = p.clone();
+        let tier = tier.clone();
+        acks.push(async move { produce(&p, &tier, &key, &task).await });
+        if acks.len() >= 500 {
+            acks.next().await;
+        }
+    }
+    while acks.next().await.is_some() {}
+    assert!(
+        eventually(Duration::from_secs(20), || async {
+            counter(&registry, "hookstream_retry_consumed_total", ("tier", "5s")) >= 1.0
+        })
+        .await,
+        "the retry role holds the waiting retries"
+    );
+    let with = main_path_p50(&env, tenant, &receiver, 200).await;
+    println!("main-path p50: {without:.1} ms without, {with:.1} ms with {WAITING} retries waiting");
+    assert!(
+        with <= 3.0 * without + 50.0,
+        "main-path p50 {with:.1} ms with {WAITING} waiting retries, {without:.1} ms without"
+    );
+    assert_eq!(
+        receiver.count(),
+        420,
+        "none of the waiting retries was delivered early"
+    );
+    token.cancel();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sink_waits_out_a_database_failure_and_skips_nothing() {
+    let env = TestEnv::new(1).await.unwrap();
+    let registry = Registry::new();
+    let token = start(&env, config(&env, vec![1_000]), registry.clone());
+    // Inserts fail (not a data error: the table is gone) until it is renamed back.
+    sqlx_exec(
+        &env,
+        "ALTER TABLE hookstream.dead_letters RENAME TO dead_letters_away",
+    )
+    .await;
+    let p = producer(&env);
+    let tenant = Uuid::now_v7();
+    for n in 0..3 {
+        let letter = DeadLetter {
+            event: Some(event(tenant, n)),
+            tenant_id: tenant.to_string(),
+            endpoint_id: Uuid::now_v7().to_string(),
+            reason: "permanent failure: HTTP 400".into(),
+            error_class: "http_4xx".into(),
+            last_status: 400,
+            attempts: 1,
+            ..Default::default()
+        };
+        produce(&p, &env.kafka.topics.dlq, "", &letter.encode_to_vec()).await;
+    }
+    assert!(
+        eventually(Duration::from_secs(20), || async {
+            counter_value(&registry, "hookstream_dlq_store_errors_total") >= 2.0
+        })
+        .await,
+        "the sink keeps trying"
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await; // auto-commit would have run
+    assert_eq!(
+        sink_committed(&env),
+        None,
+        "nothing committed while the rows are not stored"
+    );
+    sqlx_exec(
+        &env,
+        "ALTER TABLE hookstream.dead_letters_away RENAME TO dead_letters",
+    )
+    .await;
+    assert!(
+        eventually(Duration::from_secs(60), || async {
+            rows(&env, &Filter::default()).await.len() == 3
+        })
+        .await,
+        "every record stored once the database is back"
+    );
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            sink_committed(&env) == Some(3)
+        })
+        .await,
+        "then committed"
+    );
+    token.cancel();
+}
+
+async fn sqlx_exec(env: &TestEnv, sql: &str) {
+    hookstream_store::sqlx::query(sql)
+        .execute(&env.pool)
+        .await
+        .unwrap();
+}
+
+fn counter_value(registry: &Registry, name: &str) -> f64 {
+    registry
+        .gather()
+        .iter()
+        .filter(|f| f.name() == name)
+        .flat_map(|f| f.get_metric().iter())
+        .map(|m| m.get_counter().get_value())
+        .sum()
+}
+
+/// The DLQ sink's committed offset on partition 0 of the DLQ topic.
+fn sink_committed(env: &TestEnv) -> Option<i64> {
+    use hookstream_kafka::rdkafka::consumer::{BaseConsumer, Consumer};
+    let mut cfg = hookstream_kafka::client_config(&env.kafka);
+    cfg.set("group.id", env.dlq_sink_group());
+    let reader: BaseConsumer = cfg.create().unwrap();
+    let mut tpl = hookstream_kafka::rdkafka::TopicPartitionList::new();
+    tpl.add_partition(&env.kafka.topics.dlq, 0);
+    match reader
+        .committed_offsets(tpl, Duration::from_secs(5))
+        .ok()?
+        .elements()
+        .first()?
+        .offset()
+    {
+        hookstream_kafka::rdkafka::Offset::Offset(o) => Some(o),
+        _ => None,
+    }
+}
