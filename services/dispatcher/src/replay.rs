@@ -41,8 +41,8 @@ pub const DEAD_LETTER_ID_HEADER: &str = "hookstream-dead-letter-id";
 /// Kafka header on replayed tasks: the least time between two replayed deliveries to one
 /// endpoint, in milliseconds (the replay's rate).
 pub const INTERVAL_HEADER: &str = "hookstream-replay-interval-ms";
-/// A paced replay due within this long is taken up and waits in its task; later ones are held
-/// like any retry (partition paused).
+/// A retry record due within this long (a paced replay, a deferral) is taken up and waits in
+/// its task; later ones are held at the head of their partition (partition paused).
 pub(crate) const PACE_HORIZON_MS: i64 = 2_000;
 /// The default replay rate, deliveries per second.
 pub const DEFAULT_RATE_PER_S: f64 = 10.0;

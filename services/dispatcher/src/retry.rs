@@ -3,9 +3,11 @@
 //!
 //! Because a tier has one delay, the head of a partition is always its earliest-due message:
 //! the consumer holds the head until it is due (pausing that partition and polling on), then
-//! resumes it (invariant 4: never early). A held message's offset is outstanding in the
-//! tracker, so nothing past it is committed until it is delivered or handed on. Retry lag is
-//! mostly waiting, by design: do not autoscale on it.
+//! resumes it (invariant 4: never early). A record due within a couple of seconds (a deferral
+//! spaced at an endpoint's rate, a paced replay) waits in its own task instead: a resume costs
+//! a fetch, which would cap a partition at a few records per second. A held or waiting
+//! record's offset is outstanding in the tracker, so nothing past it is committed until it is
+//! delivered or handed on. Retry lag is mostly waiting, by design: do not autoscale on it.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -226,7 +228,7 @@ pub(crate) async fn run_role(
         let permit = slots.clone().try_acquire_owned();
         tasks.spawn(async move {
             let _permit = permit;
-            // Only paced replays are spawned before they are due (see below).
+            // Records due within PACE_HORIZON_MS are taken up early and wait here.
             let early = task.due_at_ms - now_ms();
             if early > 0 {
                 tokio::select! {
@@ -312,15 +314,14 @@ pub(crate) async fn run_role(
                         continue;
                     }
                 };
-                let mut paced = false;
                 if let Some(interval) = crate::replay::replay_interval_ms(&msg) {
                     // A replay: at most its rate to one endpoint, however many arrived at once.
-                    // A short wait is slept in its task rather than held with a pause (every
-                    // resume costs a fetch, which would slow the replay well below its rate).
                     task.due_at_ms = replay_pacer.slot(&task.endpoint_id, task.due_at_ms, interval, now_ms());
-                    paced = task.due_at_ms - now_ms() <= crate::replay::PACE_HORIZON_MS;
                 }
-                if task.due_at_ms > now_ms() && !paced {
+                // A short wait (a paced replay, a deferral spaced at an endpoint's rate) is
+                // slept in its task rather than held with a pause: every resume costs a fetch,
+                // which would cap a partition at a few messages per second.
+                if task.due_at_ms - now_ms() > crate::replay::PACE_HORIZON_MS {
                     // Hold the head of this partition until it is due; keep polling the others.
                     let mut tpl = TopicPartitionList::new();
                     tpl.add_partition(msg.topic(), msg.partition());
