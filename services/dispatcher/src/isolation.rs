@@ -56,10 +56,12 @@ pub struct IsolationSettings {
     /// First cooldown of an open breaker; doubles each time a probe fails.
     pub cooldown_ms: u64,
     pub max_cooldown_ms: u64,
-    /// Longest expected wait for a free slot under the endpoint's concurrency cap (or for a
-    /// rate-limit token) before an attempt is deferred to the retry tiers instead. An attempt
-    /// that queues gives up after twice this.
+    /// Longest expected wait for a free slot under the endpoint's concurrency cap before an
+    /// attempt is deferred to the retry tiers instead. An attempt that queues gives up after
+    /// twice this. (A fast endpoint's queue of thousands drains within it; a slow one's not.)
     pub busy_wait_ms: u64,
+    /// Longest wait for a rate-limit token (known exactly) before an attempt is deferred.
+    pub rate_wait_ms: u64,
     /// How far a delivery refused for a full concurrency cap is deferred (±50 % jitter).
     pub busy_defer_ms: u64,
     /// Token-bucket burst, in seconds of the endpoint's rate (at least one request).
@@ -77,7 +79,8 @@ impl Default for IsolationSettings {
             window_ms: 30_000,
             cooldown_ms: 5_000,
             max_cooldown_ms: 3_600_000,
-            busy_wait_ms: 200,
+            busy_wait_ms: 1_000,
+            rate_wait_ms: 50,
             busy_defer_ms: 1_000,
             rate_limit_burst_s: 1.0,
             idle_evict_ms: 600_000,
@@ -436,7 +439,7 @@ impl Isolation {
         if let Some(limiter) = &guard.limiter {
             // Waiting for a token is bounded in total, not per try: many waiters would
             // otherwise take turns forever and hold their events' slots.
-            let deadline = tokio::time::Instant::now() + Duration::from_millis(self.cfg.busy_wait_ms);
+            let deadline = tokio::time::Instant::now() + Duration::from_millis(self.cfg.rate_wait_ms);
             while let Err(not_until) = limiter.check() {
                 let wait = not_until.wait_time_from(DefaultClock::default().now());
                 if tokio::time::Instant::now() + wait <= deadline || !can_defer {
@@ -625,10 +628,7 @@ mod tests {
     #[tokio::test]
     async fn rate_limit_spaces_refusals_at_the_endpoint_rate() {
         // Tokens come every 100 ms; waiting up to 50 ms for one is not enough.
-        let iso = isolation(IsolationSettings {
-            busy_wait_ms: 50,
-            ..Default::default()
-        });
+        let iso = isolation(IsolationSettings::default());
         let ep = endpoint(Some(10), 100);
         let mut admitted = 0;
         let mut refusals = Vec::new();
@@ -667,7 +667,7 @@ mod tests {
 
         let slow = endpoint(None, 2);
         let a = iso.admit(&slow, true).await.expect("first slot");
-        a.finish(Verdict::Retryable, ErrorClass::Timeout, Duration::from_secs(2));
+        a.finish(Verdict::Retryable, ErrorClass::Timeout, Duration::from_secs(4));
         let _a = iso.admit(&slow, true).await.expect("slot");
         let _b = iso.admit(&slow, true).await.expect("slot");
         let started = std::time::Instant::now();
@@ -675,7 +675,7 @@ mod tests {
         assert_eq!(refused.reason, RefusalReason::EndpointBusy);
         assert!(
             started.elapsed() < Duration::from_millis(50),
-            "a 2 s endpoint is not queued for: deferred at once"
+            "a 4 s endpoint is not queued for (2 s expected): deferred at once"
         );
     }
 
