@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use dispatcher::isolation::IsolationSettings;
 use hookstream_config::RetryConfig;
+use hookstream_proto::{DeadLetter, Message as _};
 use hookstream_store::endpoints::NewEndpoint;
 use hookstream_store::outbox::NewEvent;
 use hookstream_testkit::{eventually, Behaviour, Receiver, TestEnv};
@@ -456,5 +457,57 @@ async fn a_success_before_the_window_resets_the_failing_clock() {
             .unwrap()
             .enabled
     );
+    token.cancel();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_410_disables_the_endpoint_at_once_and_the_tenant_is_told() {
+    let env = TestEnv::new(2).await.unwrap();
+    let tenant = env.tenant("t").await.unwrap();
+    let gone = Receiver::start(Behaviour::Status(410)).await;
+    let gone_id = env.endpoint(tenant, &gone, &["order.*"]).await.unwrap();
+    let ops = Receiver::start(Behaviour::Ok).await;
+    env.endpoint(tenant, &ops, &["endpoint.disabled"]).await.unwrap();
+    let mut cfg = config(&env, vec![1_000; 3]);
+    cfg.dispatcher.publish_endpoint_disabled = true;
+    let token = common::start_pipeline(&env, cfg);
+    env.publish(&[NewEvent::new(tenant, "order.created", json!({}))])
+        .await
+        .unwrap();
+
+    assert!(
+        eventually(Duration::from_secs(20), || async {
+            !hookstream_store::endpoints::get(&env.pool, gone_id)
+                .await
+                .unwrap()
+                .enabled
+        })
+        .await,
+        "disabled by its 410"
+    );
+    let ep = hookstream_store::endpoints::get(&env.pool, gone_id)
+        .await
+        .unwrap();
+    assert_eq!(ep.disabled_reason.as_deref(), Some("receiver answered 410 Gone"));
+    let letters = env
+        .read_topic(&env.kafka.topics.dlq, 1, Duration::from_secs(10))
+        .unwrap();
+    let letter = DeadLetter::decode(&letters[0].payload[..]).unwrap();
+    assert_eq!(
+        (letter.error_class.as_str(), letter.last_status, letter.attempts),
+        ("http_410", 410, 1)
+    );
+    assert!(
+        eventually(Duration::from_secs(20), || async { ops.count() == 1 }).await,
+        "endpoint.disabled published to the tenant"
+    );
+    assert_eq!(ops.received()[0].event_type, "endpoint.disabled");
+
+    // Later events skip the disabled endpoint.
+    env.publish(&[NewEvent::new(tenant, "order.created", json!({}))])
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(gone.count(), 1, "no request after the 410");
     token.cancel();
 }
