@@ -335,7 +335,10 @@ async fn run_db(command: Command, pool: &PgPool, secrets_cfg: &SecretsConfig) ->
             } else {
                 for e in all {
                     let state = if e.enabled {
-                        "enabled".to_string()
+                        match e.failing_since {
+                            Some(t) => format!("enabled, failing since {}", t.to_rfc3339()),
+                            None => "enabled".to_string(),
+                        }
                     } else {
                         format!(
                             "disabled ({})",
@@ -347,7 +350,13 @@ async fn run_db(command: Command, pool: &PgPool, secrets_cfg: &SecretsConfig) ->
                     } else {
                         e.event_types.join(",")
                     };
-                    println!("{}  {}  types={}  {}", e.id, e.url, types, state);
+                    let rate = e
+                        .rate_limit_per_s
+                        .map_or_else(|| "unlimited".to_string(), |r| format!("{r}/s"));
+                    println!(
+                        "{}  {}  types={}  rate={}  max_in_flight={}  {}",
+                        e.id, e.url, types, rate, e.max_in_flight, state
+                    );
                 }
             }
         }
