@@ -1,6 +1,7 @@
 //! An HTTP receiver on 127.0.0.1:0 that records every delivery and verifies its signature
 //! with the independent `standardwebhooks` crate.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -28,6 +29,18 @@ pub enum Behaviour {
     RetryAfter(u64),
     /// Never answers (a black hole): the connection stays open until the client gives up.
     Hang,
+    /// About this percentage (0–100) of requests get 503, spread evenly over the request
+    /// sequence (deterministic); the others 204.
+    Flaky(u8),
+    /// About this percentage (0–100) of requests get 429 with `Retry-After: secs`, spread
+    /// like `Flaky`; the others 204.
+    Throttle(u8, u64),
+}
+
+/// Whether the `nth` request (1-based) falls in the failing `percent` of a sequence: an even
+/// spread (a multiplicative walk over 0..100), so any 100 consecutive requests hold `percent`.
+fn in_failing_share(nth: usize, percent: u8) -> bool {
+    ((nth.wrapping_mul(37)) % 100) < usize::from(percent.min(100))
 }
 
 /// One delivery as the receiver saw it.
@@ -45,12 +58,16 @@ pub struct Received {
     pub at: Instant,
     /// Arrival time in ms since the Unix epoch, for end-to-end latency.
     pub received_unix_ms: f64,
+    /// The status the receiver answered with (0 when it never answers: `Hang`).
+    pub status: u16,
 }
 
 struct Inner {
     behaviour: Mutex<Behaviour>,
     secret: Mutex<Option<String>>,
     received: Mutex<Vec<Received>>,
+    /// Requests answered 2xx.
+    successes: AtomicUsize,
 }
 
 /// A running receiver; stops when dropped.
@@ -62,16 +79,22 @@ pub struct Receiver {
 
 impl Receiver {
     pub async fn start(behaviour: Behaviour) -> Self {
+        Self::start_at(std::net::SocketAddr::from(([127, 0, 0, 1], 0)), behaviour)
+            .await
+            .expect("bind receiver")
+    }
+
+    /// A receiver on a given address (an endpoint that comes back on its old port, say).
+    pub async fn start_at(addr: std::net::SocketAddr, behaviour: Behaviour) -> std::io::Result<Self> {
         let inner = Arc::new(Inner {
             behaviour: Mutex::new(behaviour),
             secret: Mutex::new(None),
             received: Mutex::new(Vec::new()),
+            successes: AtomicUsize::new(0),
         });
         let app = Router::new().fallback(handle).with_state(inner.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind receiver");
-        let addr = listener.local_addr().expect("receiver address");
+        let listener = tokio::net::TcpListener::bind(addr).await?;
+        let addr = listener.local_addr()?;
         let stop = CancellationToken::new();
         let token = stop.clone();
         tokio::spawn(async move {
@@ -79,7 +102,7 @@ impl Receiver {
                 .with_graceful_shutdown(async move { token.cancelled().await })
                 .await;
         });
-        Self { addr, inner, stop }
+        Ok(Self { addr, inner, stop })
     }
 
     pub fn url(&self) -> String {
@@ -110,6 +133,11 @@ impl Receiver {
     pub fn count(&self) -> usize {
         self.inner.received.lock().unwrap().len()
     }
+
+    /// Requests answered with a 2xx status so far.
+    pub fn successes(&self) -> usize {
+        self.inner.successes.load(Ordering::Relaxed)
+    }
 }
 
 impl Drop for Receiver {
@@ -134,45 +162,75 @@ async fn handle(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Bytes
         .and_then(|s| standardwebhooks::Webhook::new(s).ok())
         .map(|wh| wh.verify(&body, &headers).is_ok())
         .unwrap_or(false);
-    inner.received.lock().unwrap().push(Received {
-        webhook_id: get("webhook-id"),
-        timestamp: get("webhook-timestamp"),
-        signature: get("webhook-signature"),
-        event_type: get("hookstream-event-type"),
-        attempt: get("hookstream-attempt").parse().unwrap_or(0),
-        body,
-        verified,
-        at: Instant::now(),
-        received_unix_ms: std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs_f64() * 1000.0)
-            .unwrap_or(0.0),
-    });
-    let nth = inner.received.lock().unwrap().len(); // this request's 1-based position
     let behaviour = *inner.behaviour.lock().unwrap();
+    let (status, retry_after) = {
+        let mut received = inner.received.lock().unwrap();
+        let nth = received.len() + 1; // this request's 1-based position
+        let (status, retry_after) = match behaviour {
+            Behaviour::Ok | Behaviour::Delay(_) => (204, None),
+            Behaviour::FailTimes(n, status) if nth <= n => (status, None),
+            Behaviour::FailTimes(..) => (204, None),
+            Behaviour::RetryAfter(secs) if nth == 1 => (503, Some(secs)),
+            Behaviour::RetryAfter(_) => (204, None),
+            Behaviour::Status(s) => (s, None),
+            Behaviour::Redirect(_) => (302, None),
+            Behaviour::Hang => (0, None),
+            Behaviour::Flaky(percent) if in_failing_share(nth, percent) => (503, None),
+            Behaviour::Flaky(_) => (204, None),
+            Behaviour::Throttle(percent, secs) if in_failing_share(nth, percent) => (429, Some(secs)),
+            Behaviour::Throttle(..) => (204, None),
+        };
+        received.push(Received {
+            webhook_id: get("webhook-id"),
+            timestamp: get("webhook-timestamp"),
+            signature: get("webhook-signature"),
+            event_type: get("hookstream-event-type"),
+            attempt: get("hookstream-attempt").parse().unwrap_or(0),
+            body,
+            verified,
+            at: Instant::now(),
+            received_unix_ms: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs_f64() * 1000.0)
+                .unwrap_or(0.0),
+            status,
+        });
+        (status, retry_after)
+    };
+    if (200..300).contains(&status) {
+        inner.successes.fetch_add(1, Ordering::Relaxed);
+    }
+    let code = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     match behaviour {
-        Behaviour::Ok => StatusCode::NO_CONTENT.into_response(),
-        Behaviour::FailTimes(n, status) if nth <= n => StatusCode::from_u16(status)
-            .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
-            .into_response(),
-        Behaviour::FailTimes(..) => StatusCode::NO_CONTENT.into_response(),
-        Behaviour::RetryAfter(secs) if nth == 1 => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            [("retry-after", secs.to_string())],
-        )
-            .into_response(),
-        Behaviour::RetryAfter(_) => StatusCode::NO_CONTENT.into_response(),
-        Behaviour::Status(s) => StatusCode::from_u16(s)
-            .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
-            .into_response(),
         Behaviour::Delay(ms) => {
             tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
-            StatusCode::NO_CONTENT.into_response()
+            code.into_response()
         }
-        Behaviour::Redirect(to) => (StatusCode::FOUND, [("location", to)]).into_response(),
+        Behaviour::Redirect(to) => (code, [("location", to)]).into_response(),
         Behaviour::Hang => {
             tokio::time::sleep(std::time::Duration::from_secs(3600)).await;
             StatusCode::NO_CONTENT.into_response()
+        }
+        _ => match retry_after {
+            Some(secs) => (code, [("retry-after", secs.to_string())]).into_response(),
+            None => code.into_response(),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::in_failing_share;
+
+    #[test]
+    fn failing_share_is_even() {
+        for percent in [0u8, 1, 10, 33, 50, 100] {
+            for start in [1usize, 7, 250] {
+                let n = (start..start + 100)
+                    .filter(|&i| in_failing_share(i, percent))
+                    .count();
+                assert_eq!(n, usize::from(percent), "percent {percent} from {start}");
+            }
         }
     }
 }
