@@ -5,15 +5,21 @@
 //! cargo run --release -p loadtest -- run relay --events 200000 --rate 2000 --out loadtest/out/relay
 //! ```
 //!
-//! Scenarios so far: `relay` (outbox → Kafka only) and `dispatch` (outbox → receivers). Each run uses a fresh database and fresh
-//! topics, so runs do not disturb each other or the `make up` stack.
+//! Scenarios: `steady`, `max`, `fanout`, `fleet`, `noisy-neighbour`, `outage-recovery`,
+//! `crash` (the engine: receiver fleet, services as child processes, `report.json` with a
+//! common contract and `report.html`), `relay` (outbox → Kafka only) and `dispatch` (the
+//! original outbox → receivers figures). Each run uses a fresh database and fresh topics, so
+//! runs do not disturb each other or the `make up` stack.
 
 #![forbid(unsafe_code)]
 
 mod dispatch;
+mod engine;
+mod html;
 mod procstat;
 mod relay;
 mod report;
+mod scenarios;
 
 use std::path::PathBuf;
 
@@ -38,6 +44,36 @@ enum Scenario {
     Relay,
     /// Outbox → receivers: delivery throughput at a fan-out of `--endpoints`, and latency at `--rate`.
     Dispatch,
+    /// `--events` at `--rate` events/s to `--endpoints` fast receivers: latency.
+    Steady,
+    /// A backlog of `--events` drained to `--endpoints` fast receivers: throughput.
+    Max,
+    /// A backlog of `--events` to 10, then to 50 fast receivers.
+    Fanout,
+    /// One receiver of every behaviour (fast, slow, flaky, down, black hole, 429, 410) at `--rate`.
+    Fleet,
+    /// 9 fast receivers + 1 black hole, then the 9 alone: healthy latency with and without.
+    NoisyNeighbour,
+    /// `--endpoints` fast receivers + one that is down for `--outage-s`, then back.
+    OutageRecovery,
+    /// Steady load while the relay and the dispatcher are SIGKILLed at random moments.
+    Crash,
+}
+
+impl Scenario {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Relay => "relay",
+            Self::Dispatch => "dispatch",
+            Self::Steady => "steady",
+            Self::Max => "max",
+            Self::Fanout => "fanout",
+            Self::Fleet => "fleet",
+            Self::NoisyNeighbour => "noisy-neighbour",
+            Self::OutageRecovery => "outage-recovery",
+            Self::Crash => "crash",
+        }
+    }
 }
 
 #[derive(clap::Args)]
@@ -64,6 +100,51 @@ pub struct RunArgs {
     pub relays: usize,
     #[arg(long, default_value = "loadtest/out")]
     pub out: PathBuf,
+    /// Seconds to wait for the pipeline to drain after the last event was committed.
+    #[arg(long, default_value_t = 180)]
+    pub deadline_s: u64,
+    /// outage-recovery: how long the endpoint is down.
+    #[arg(long, default_value_t = 60)]
+    pub outage_s: u64,
+    /// outage-recovery: the recovering endpoint's rate limit (requests/s).
+    #[arg(long, default_value_t = 100)]
+    pub outage_rate_limit: i32,
+    /// crash: seed of the kill schedule (which process, when).
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// crash: seconds between kills, drawn from MIN..=MAX.
+    #[arg(long, value_parser = parse_range, default_value = "3..8")]
+    pub kill_every_s: (f64, f64),
+    /// Repeat the scenario and report the medians.
+    #[arg(long, default_value_t = 1)]
+    pub runs: usize,
+}
+
+fn parse_range(s: &str) -> Result<(f64, f64), String> {
+    let (a, b) = s.split_once("..").ok_or("expected MIN..MAX")?;
+    let a: f64 = a.trim().parse().map_err(|e| format!("{e}"))?;
+    let b: f64 = b.trim().parse().map_err(|e| format!("{e}"))?;
+    if !(a > 0.0 && b >= a) {
+        return Err("expected 0 < MIN <= MAX".into());
+    }
+    Ok((a, b))
+}
+
+async fn run_once(args: &RunArgs) -> anyhow::Result<(serde_json::Value, Vec<engine::Outcome>)> {
+    let measured = match args.scenario {
+        Scenario::Relay => return Ok((relay::run(args).await?, Vec::new())),
+        Scenario::Dispatch => return Ok((dispatch::run(args).await?, Vec::new())),
+        Scenario::Steady => scenarios::steady(args).await?,
+        Scenario::Max => scenarios::max(args).await?,
+        Scenario::Fanout => scenarios::fanout(args).await?,
+        Scenario::Fleet => scenarios::fleet(args).await?,
+        Scenario::NoisyNeighbour => scenarios::noisy_neighbour(args).await?,
+        Scenario::OutageRecovery => scenarios::outage_recovery(args).await?,
+        Scenario::Crash => scenarios::crash(args).await?,
+    };
+    let mut report = measured.report;
+    report["machine"] = serde_json::to_value(report::Machine::read())?;
+    Ok((report, measured.phases))
 }
 
 #[tokio::main]
@@ -72,14 +153,31 @@ async fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Run(args) => {
             std::fs::create_dir_all(&args.out)?;
-            let report = match args.scenario {
-                Scenario::Relay => relay::run(&args).await?,
-                Scenario::Dispatch => dispatch::run(&args).await?,
+            if !matches!(args.scenario, Scenario::Relay | Scenario::Dispatch) {
+                relay::prepare()?;
+            }
+            let mut reports = Vec::new();
+            let mut phases = Vec::new();
+            for i in 0..args.runs.max(1) {
+                if args.runs > 1 {
+                    eprintln!("=== {} run {} of {}", args.scenario.name(), i + 1, args.runs);
+                }
+                let (r, p) = run_once(&args).await?;
+                reports.push(r);
+                phases = p; // the page shows the last run's phases
+            }
+            let report = if reports.len() == 1 {
+                reports.remove(0)
+            } else {
+                report::medians(reports)
             };
             let path = args.out.join("report.json");
             std::fs::write(&path, serde_json::to_string_pretty(&report)?)?;
+            let refs: Vec<&engine::Outcome> = phases.iter().collect();
+            let page = args.out.join("report.html");
+            std::fs::write(&page, html::render(&report, &refs))?;
             println!("{}", serde_json::to_string_pretty(&report)?);
-            eprintln!("report written to {}", path.display());
+            eprintln!("report written to {} and {}", path.display(), page.display());
         }
     }
     Ok(())

@@ -99,6 +99,56 @@ pub fn histogram_quantiles(page: &str, name: &str) -> Option<(f64, f64, f64, u64
     Some((q(0.5), q(0.9), q(0.99), total))
 }
 
+fn median(mut v: Vec<f64>) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let m = v.len() / 2;
+    Some(if v.len() % 2 == 1 {
+        v[m]
+    } else {
+        (v[m - 1] + v[m]) / 2.0
+    })
+}
+
+/// Medians of the numbers of several runs' reports, field by field (nested objects too);
+/// non-numeric fields come from the first run. The runs themselves are kept under `runs`.
+pub fn medians(reports: Vec<serde_json::Value>) -> serde_json::Value {
+    fn merge(values: &[&serde_json::Value]) -> serde_json::Value {
+        let first = values[0];
+        match first {
+            serde_json::Value::Number(_) => {
+                let nums: Vec<f64> = values.iter().filter_map(|v| v.as_f64()).collect();
+                median(nums)
+                    .map(serde_json::Value::from)
+                    .unwrap_or(serde_json::Value::Null)
+            }
+            serde_json::Value::Object(map) => {
+                let mut out = serde_json::Map::new();
+                for (k, v) in map {
+                    let same: Vec<&serde_json::Value> = values.iter().filter_map(|r| r.get(k)).collect();
+                    out.insert(
+                        k.clone(),
+                        if same.len() == values.len() {
+                            merge(&same)
+                        } else {
+                            v.clone()
+                        },
+                    );
+                }
+                serde_json::Value::Object(out)
+            }
+            other => other.clone(),
+        }
+    }
+    let refs: Vec<&serde_json::Value> = reports.iter().collect();
+    let mut out = merge(&refs);
+    out["median_of_runs"] = serde_json::Value::from(reports.len());
+    out["runs"] = serde_json::Value::Array(reports);
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -108,5 +158,19 @@ mod tests {
         let l = Latency::of((1..=100).map(f64::from).collect());
         assert_eq!((l.p50, l.p90, l.p99, l.max), (50.0, 90.0, 99.0, 100.0));
         assert_eq!(Latency::of(vec![]).max, 0.0);
+    }
+
+    #[test]
+    fn medians_field_by_field() {
+        let runs = vec![
+            serde_json::json!({"scenario": "max", "delivered": 10, "latency_ms": {"p99": 3.0}}),
+            serde_json::json!({"scenario": "max", "delivered": 30, "latency_ms": {"p99": 1.0}}),
+            serde_json::json!({"scenario": "max", "delivered": 20, "latency_ms": {"p99": 2.0}}),
+        ];
+        let m = medians(runs);
+        assert_eq!(m["delivered"], 20.0);
+        assert_eq!(m["latency_ms"]["p99"], 2.0);
+        assert_eq!(m["scenario"], "max");
+        assert_eq!(m["runs"].as_array().map(Vec::len), Some(3));
     }
 }

@@ -1,0 +1,805 @@
+//! The scenario engine: a receiver fleet of behaviour classes, the services as child
+//! processes, a producer writing outbox rows in transactions, a sampler (every 250 ms), and
+//! the report's common contract computed from what the receivers saw.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use hookstream_kafka::rdkafka::consumer::{BaseConsumer, Consumer};
+use hookstream_kafka::rdkafka::{Offset, TopicPartitionList};
+use hookstream_store::endpoints::{self, NewEndpoint};
+use hookstream_store::sqlx::{self, PgPool};
+use hookstream_testkit::process::{dispatcher_env, service_env, ServiceProcess};
+use hookstream_testkit::{Behaviour, Received, Receiver, TestEnv};
+use rand::{Rng, SeedableRng};
+use serde::Serialize;
+use serde_json::json;
+use uuid::Uuid;
+
+use crate::procstat;
+use crate::relay::release_bin;
+use crate::report::Latency;
+
+/// The compressed retry schedule every engine run uses (ms before attempt 2, 3, …; 150 s in
+/// all, so an event survives a 60 s outage), the throttle minimum and the jitter.
+pub const RETRY_SCHEDULE_MS: [u64; 9] = [1000, 2000, 4000, 8000, 15000, 30000, 30000, 30000, 30000];
+pub const MIN_THROTTLED_DELAY_MS: u64 = 1000;
+pub const RETRY_JITTER: f64 = 0.2;
+/// Time the services get before a rate-driven run starts producing.
+const SETTLE: Duration = Duration::from_secs(3);
+
+/// How one class of receivers behaves.
+#[derive(Debug, Clone, Copy)]
+pub enum Kind {
+    /// An HTTP receiver answering with this behaviour.
+    Http(Behaviour),
+    /// Nothing listens on the port: connection refused.
+    Down,
+    /// Down (connection refused) until `after`, then a fast receiver on the same port.
+    DownThenUp(Duration),
+}
+
+#[derive(Debug, Clone)]
+pub struct Class {
+    pub name: String,
+    pub kind: Kind,
+    pub endpoints: usize,
+    /// Whether every event must eventually be delivered to these endpoints (`lost` counts them).
+    pub expects_delivery: bool,
+    pub rate_limit_per_s: Option<i32>,
+    pub timeout_ms: Option<i32>,
+    pub max_in_flight: Option<i32>,
+}
+
+impl Class {
+    pub fn new(name: &str, kind: Kind, endpoints: usize, expects_delivery: bool) -> Self {
+        Self {
+            name: name.into(),
+            kind,
+            endpoints,
+            expects_delivery,
+            rate_limit_per_s: None,
+            timeout_ms: None,
+            max_in_flight: Some(256),
+        }
+    }
+
+    fn behaviour(&self) -> String {
+        match self.kind {
+            Kind::Http(b) => format!("{b:?}"),
+            Kind::Down => "connection refused".into(),
+            Kind::DownThenUp(d) => format!("connection refused for {} s, then 204", d.as_secs()),
+        }
+    }
+
+    fn retry_after_ms(&self) -> u64 {
+        match self.kind {
+            Kind::Http(Behaviour::Throttle(_, secs)) | Kind::Http(Behaviour::RetryAfter(secs)) => secs * 1000,
+            _ => 0,
+        }
+    }
+}
+
+/// How load is produced.
+#[derive(Debug, Clone, Copy)]
+pub enum Load {
+    /// All events committed before the services start (throughput from a backlog).
+    Backlog,
+    /// This many events per second, in transactions every 10 ms.
+    Rate(usize),
+}
+
+/// Random SIGKILLs of the relay and the dispatcher during the run.
+#[derive(Debug, Clone, Copy)]
+pub struct Chaos {
+    pub seed: u64,
+    /// Seconds between kills, drawn uniformly from this range.
+    pub every_s: (f64, f64),
+}
+
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub label: String,
+    pub events: usize,
+    pub load: Load,
+    pub classes: Vec<Class>,
+    pub chaos: Option<Chaos>,
+    /// How long to wait for the pipeline to drain after the last event was committed.
+    pub drain_deadline: Duration,
+    pub max_in_flight_events: usize,
+    pub out: PathBuf,
+}
+
+struct Endpoint {
+    class: usize,
+    addr: SocketAddr,
+    secret: String,
+    receiver: Option<Receiver>,
+}
+
+/// One 250 ms sample of the run.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Sample {
+    pub t_s: f64,
+    /// Events committed so far.
+    pub committed: usize,
+    /// Requests answered 2xx, every receiver.
+    pub delivered: usize,
+    /// Requests received, every receiver.
+    pub requests: usize,
+    /// Rows in the outbox.
+    pub backlog: i64,
+    /// Dispatcher consumer lag on the events topic (messages), sampled every second.
+    pub lag: Option<i64>,
+}
+
+/// CPU and peak memory of a service over all its incarnations.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct Usage {
+    pub cpu_s: f64,
+    pub max_rss_mb: f64,
+    pub restarts: usize,
+}
+
+struct Service {
+    bin: PathBuf,
+    env: Vec<(String, String)>,
+    log: PathBuf,
+    proc: Option<ServiceProcess>,
+    /// CPU of dead incarnations, plus the last sample of the live one.
+    dead_cpu: f64,
+    live: (f64, f64),
+    usage: Usage,
+}
+
+impl Service {
+    fn start(bin: PathBuf, env: Vec<(String, String)>, log: PathBuf) -> anyhow::Result<Self> {
+        let proc =
+            ServiceProcess::spawn(&bin, &env, &log).with_context(|| format!("starting {}", bin.display()))?;
+        Ok(Self {
+            bin,
+            env,
+            log,
+            proc: Some(proc),
+            dead_cpu: 0.0,
+            live: (0.0, 0.0),
+            usage: Usage::default(),
+        })
+    }
+
+    fn sample(&mut self) {
+        if let Some(s) = self
+            .proc
+            .as_ref()
+            .and_then(ServiceProcess::pid)
+            .and_then(procstat::sample)
+        {
+            self.live = s;
+        }
+        self.usage.cpu_s = self.dead_cpu + self.live.0;
+        self.usage.max_rss_mb = self.usage.max_rss_mb.max(self.live.1);
+    }
+
+    async fn kill9(&mut self) {
+        self.sample();
+        if let Some(p) = self.proc.take() {
+            p.kill9().await;
+        }
+        self.dead_cpu += self.live.0;
+        self.live = (0.0, 0.0);
+    }
+
+    fn restart(&mut self) -> anyhow::Result<()> {
+        self.proc = Some(ServiceProcess::spawn(&self.bin, &self.env, &self.log)?);
+        self.usage.restarts += 1;
+        Ok(())
+    }
+
+    async fn stop(mut self) -> Usage {
+        self.sample();
+        if let Some(p) = self.proc.take() {
+            p.terminate().await;
+        }
+        self.usage
+    }
+}
+
+/// Everything measured in one engine run.
+pub struct Outcome {
+    pub label: String,
+    pub events: usize,
+    pub classes: Vec<Class>,
+    /// Per class: the deliveries of each endpoint.
+    pub received: Vec<Vec<Vec<Received>>>,
+    /// Per class, per endpoint: when (ms since the Unix epoch) the receiver came back up.
+    pub recovered_at_ms: Vec<Option<f64>>,
+    /// When measuring started (ms since the Unix epoch): the services' start for a backlog,
+    /// the first commit (services started 3 s earlier) for a rate.
+    pub started_ms: f64,
+    /// From the services' start to the end of the run (drained, or the deadline).
+    pub wall_s: f64,
+    pub timeline: Vec<Sample>,
+    pub relay: Usage,
+    pub dispatcher: Usage,
+    pub kills: Vec<serde_json::Value>,
+    pub drained: bool,
+}
+
+fn unix_ms() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64() * 1000.0)
+        .unwrap_or(0.0)
+}
+
+/// A free loopback port with nothing listening on it (bound, then released).
+async fn vacant_addr() -> anyhow::Result<SocketAddr> {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    Ok(l.local_addr()?)
+}
+
+async fn enqueue(pool: &PgPool, tenant: Uuid, n: usize) -> anyhow::Result<()> {
+    // The real producer path: hookstream.enqueue inside a transaction (one statement).
+    sqlx::query(
+        "SELECT count(hookstream.enqueue($1, 'order.updated',
+                jsonb_build_object('n', g, 'note', 'a typical small webhook payload', 'amount', g * 3,
+                                   'created_ms', extract(epoch FROM clock_timestamp()) * 1000),
+                'order', 'agg-' || (g % 1000)))
+           FROM generate_series(1, $2) g",
+    )
+    .bind(tenant)
+    .bind(i32::try_from(n).context("batch too large")?)
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+fn dispatcher_vars(env: &TestEnv, max_in_flight_events: usize) -> Vec<(String, String)> {
+    let mut vars = dispatcher_env(env);
+    let schedule = format!(
+        "[{}]",
+        RETRY_SCHEDULE_MS
+            .iter()
+            .map(u64::to_string)
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    vars.extend(
+        [
+            (
+                "HOOKSTREAM_DISPATCHER__MAX_IN_FLIGHT_EVENTS",
+                max_in_flight_events.to_string(),
+            ),
+            ("HOOKSTREAM_DISPATCHER__SHUTDOWN_GRACE_MS", "3000".to_string()),
+            ("HOOKSTREAM_RETRY__SCHEDULE_MS", schedule),
+            (
+                "HOOKSTREAM_RETRY__MIN_THROTTLED_DELAY_MS",
+                MIN_THROTTLED_DELAY_MS.to_string(),
+            ),
+            ("HOOKSTREAM_RETRY__JITTER", RETRY_JITTER.to_string()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v)),
+    );
+    vars
+}
+
+type SharedLag = Arc<Mutex<Option<i64>>>;
+
+/// Samples the dispatcher group's lag on the events topic every second, on its own thread.
+fn lag_sampler(
+    env: &TestEnv,
+    stop: Arc<AtomicBool>,
+) -> anyhow::Result<(SharedLag, std::thread::JoinHandle<()>)> {
+    let mut cfg = hookstream_kafka::client_config(&env.kafka);
+    cfg.set("group.id", &env.kafka.group_id);
+    let consumer: BaseConsumer = cfg.create()?;
+    let topic = env.kafka.topics.events.clone();
+    let partitions = env.partitions;
+    let latest = Arc::new(Mutex::new(None));
+    let out = latest.clone();
+    let handle = std::thread::spawn(move || {
+        while !stop.load(Ordering::Relaxed) {
+            let lag = (|| -> Option<i64> {
+                let mut tpl = TopicPartitionList::new();
+                for p in 0..partitions {
+                    tpl.add_partition(&topic, p);
+                }
+                let committed = consumer.committed_offsets(tpl, Duration::from_secs(2)).ok()?;
+                let mut lag = 0;
+                for p in 0..partitions {
+                    let (low, high) = consumer
+                        .fetch_watermarks(&topic, p, Duration::from_secs(2))
+                        .ok()?;
+                    let done = match committed.find_partition(&topic, p).map(|e| e.offset()) {
+                        Some(Offset::Offset(o)) => o,
+                        _ => low,
+                    };
+                    lag += (high - done).max(0);
+                }
+                Some(lag)
+            })();
+            if let Ok(mut l) = out.lock() {
+                *l = lag;
+            }
+            std::thread::sleep(Duration::from_secs(1));
+        }
+    });
+    Ok((latest, handle))
+}
+
+pub async fn run(plan: &Plan) -> anyhow::Result<Outcome> {
+    let env = TestEnv::new(6).await?;
+    let tenant = env.tenant("bench").await?;
+    let sealer = env.sealer();
+    let mut fleet: Vec<Endpoint> = Vec::new();
+    for (ci, class) in plan.classes.iter().enumerate() {
+        for _ in 0..class.endpoints {
+            let (addr, receiver) = match class.kind {
+                Kind::Http(b) => {
+                    let r = Receiver::start_at(SocketAddr::from(([127, 0, 0, 1], 0)), b).await?;
+                    let addr: SocketAddr = r
+                        .url()
+                        .trim_start_matches("http://")
+                        .trim_end_matches("/hook")
+                        .parse()?;
+                    (addr, Some(r))
+                }
+                Kind::Down | Kind::DownThenUp(_) => (vacant_addr().await?, None),
+            };
+            let (_, secret) = endpoints::create(
+                &env.pool,
+                &sealer,
+                NewEndpoint {
+                    tenant_id: tenant,
+                    url: format!("http://{addr}/hook"),
+                    rate_limit_per_s: class.rate_limit_per_s,
+                    timeout_ms: class.timeout_ms,
+                    max_in_flight: class.max_in_flight,
+                    ..Default::default()
+                },
+            )
+            .await?;
+            let secret = secret.expose().to_string();
+            if let Some(r) = &receiver {
+                r.set_secret(&secret);
+            }
+            fleet.push(Endpoint {
+                class: ci,
+                addr,
+                secret,
+                receiver,
+            });
+        }
+    }
+    let label = &plan.label;
+    let committed = Arc::new(AtomicUsize::new(0));
+    if let Load::Backlog = plan.load {
+        eprintln!(
+            "[{label}] writing a backlog of {} events × {} endpoints",
+            plan.events,
+            fleet.len()
+        );
+        let mut left = plan.events;
+        while left > 0 {
+            let n = left.min(5_000);
+            enqueue(&env.pool, tenant, n).await?;
+            left -= n;
+            committed.fetch_add(n, Ordering::Relaxed);
+        }
+    }
+    let out = &plan.out;
+    let mut relay = Service::start(
+        release_bin("outbox-relay"),
+        service_env(&env),
+        out.join(format!("{label}-relay.log")),
+    )?;
+    let mut dispatcher = match Service::start(
+        release_bin("dispatcher"),
+        dispatcher_vars(&env, plan.max_in_flight_events),
+        out.join(format!("{label}-dispatcher.log")),
+    ) {
+        Ok(d) => d,
+        Err(e) => {
+            relay.stop().await;
+            return Err(e);
+        }
+    };
+    if let Load::Rate(_) = plan.load {
+        // Let the dispatcher join its group and load its routing snapshot before measuring
+        // latency (a backlog run measures from the start instead).
+        tokio::time::sleep(SETTLE).await;
+    }
+    let started = Instant::now();
+    let started_ms = unix_ms();
+    let producer = match plan.load {
+        Load::Backlog => None,
+        Load::Rate(rate) => {
+            let (pool, events, committed) = (env.pool.clone(), plan.events, committed.clone());
+            Some(tokio::spawn(async move {
+                let per_tick = (rate / 100).max(1);
+                let mut tick = tokio::time::interval(Duration::from_millis(10));
+                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+                let mut sent = 0;
+                while sent < events {
+                    tick.tick().await;
+                    let n = per_tick.min(events - sent);
+                    enqueue(&pool, tenant, n).await?;
+                    sent += n;
+                    committed.store(sent, Ordering::Relaxed);
+                }
+                anyhow::Ok(())
+            }))
+        }
+    };
+    let stop_lag = Arc::new(AtomicBool::new(false));
+    let (lag, lag_thread) = lag_sampler(&env, stop_lag.clone())?;
+    let result = drive(
+        plan,
+        &env,
+        &mut fleet,
+        &committed,
+        &lag,
+        &mut relay,
+        &mut dispatcher,
+        started,
+    )
+    .await;
+    stop_lag.store(true, Ordering::Relaxed);
+    let duration_s = started.elapsed().as_secs_f64();
+    if let Some(p) = &producer {
+        p.abort();
+    }
+    let relay_use = relay.stop().await;
+    let dispatcher_use = dispatcher.stop().await;
+    let _ = tokio::task::spawn_blocking(move || lag_thread.join()).await;
+    let (timeline, kills, drained, recovered) = result?;
+    if let Some(p) = producer {
+        match p.await {
+            Ok(r) => r?,
+            Err(e) if e.is_cancelled() => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let mut received = vec![Vec::new(); plan.classes.len()];
+    let mut recovered_at_ms = vec![None; plan.classes.len()];
+    for (i, ep) in fleet.iter().enumerate() {
+        received[ep.class].push(ep.receiver.as_ref().map(Receiver::received).unwrap_or_default());
+        if let Some(at) = recovered.get(&i) {
+            recovered_at_ms[ep.class] = Some(*at);
+        }
+    }
+    Ok(Outcome {
+        label: plan.label.clone(),
+        events: committed.load(Ordering::Relaxed),
+        classes: plan.classes.clone(),
+        received,
+        recovered_at_ms,
+        started_ms,
+        wall_s: duration_s,
+        timeline,
+        relay: relay_use,
+        dispatcher: dispatcher_use,
+        kills,
+        drained,
+    })
+}
+
+type Driven = (Vec<Sample>, Vec<serde_json::Value>, bool, HashMap<usize, f64>);
+
+/// Samples, prints progress, injects chaos and recoveries, until drained or the deadline.
+#[allow(clippy::too_many_arguments)]
+async fn drive(
+    plan: &Plan,
+    env: &TestEnv,
+    fleet: &mut [Endpoint],
+    committed: &AtomicUsize,
+    lag: &Mutex<Option<i64>>,
+    relay: &mut Service,
+    dispatcher: &mut Service,
+    started: Instant,
+) -> anyhow::Result<Driven> {
+    let label = &plan.label;
+    let mut timeline: Vec<Sample> = Vec::new();
+    let mut kills = Vec::new();
+    let mut recovered = HashMap::new();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(plan.chaos.map(|c| c.seed).unwrap_or(0));
+    let next_kill_in = |rng: &mut rand::rngs::StdRng, c: &Chaos| {
+        Duration::from_secs_f64(rng.gen_range(c.every_s.0..=c.every_s.1))
+    };
+    let mut next_kill = plan.chaos.as_ref().map(|c| started + next_kill_in(&mut rng, c));
+    let mut tick = tokio::time::interval(Duration::from_millis(250));
+    let mut last_print = Instant::now();
+    let mut last_printed_delivered = 0;
+    let mut produced_at: Option<Instant> = None;
+    let mut last_full_check = Instant::now() - Duration::from_secs(10);
+    let expecting: Vec<usize> = (0..fleet.len())
+        .filter(|&i| plan.classes[fleet[i].class].expects_delivery)
+        .collect();
+    loop {
+        tick.tick().await;
+        let now = Instant::now();
+        let t_s = started.elapsed().as_secs_f64();
+        let sent = committed.load(Ordering::Relaxed);
+        // Endpoints coming back after an outage.
+        for (i, ep) in fleet.iter_mut().enumerate() {
+            if let Kind::DownThenUp(after) = plan.classes[ep.class].kind {
+                if ep.receiver.is_none() && started.elapsed() >= after {
+                    let r = Receiver::start_at(ep.addr, Behaviour::Ok)
+                        .await
+                        .with_context(|| format!("restarting the receiver on {}", ep.addr))?;
+                    r.set_secret(&ep.secret);
+                    ep.receiver = Some(r);
+                    recovered.insert(i, unix_ms());
+                    eprintln!("[{label}] {:.1} s: endpoint {} is back up", t_s, ep.addr);
+                }
+            }
+        }
+        // Chaos: SIGKILL one of the services, restart it a moment later.
+        if let (Some(c), Some(at)) = (plan.chaos.as_ref(), next_kill) {
+            if now >= at && produced_at.is_none() {
+                let which = if rng.gen_bool(0.5) { "relay" } else { "dispatcher" };
+                let svc = if which == "relay" {
+                    &mut *relay
+                } else {
+                    &mut *dispatcher
+                };
+                svc.kill9().await;
+                let down_ms = rng.gen_range(200..=1500);
+                tokio::time::sleep(Duration::from_millis(down_ms)).await;
+                svc.restart()?;
+                eprintln!("[{label}] {t_s:.1} s: SIGKILL {which}, restarted after {down_ms} ms");
+                kills.push(json!({ "at_s": t_s, "process": which, "down_ms": down_ms }));
+                next_kill = Some(Instant::now() + next_kill_in(&mut rng, c));
+            }
+        }
+        relay.sample();
+        dispatcher.sample();
+        let delivered: usize = fleet
+            .iter()
+            .filter_map(|e| e.receiver.as_ref())
+            .map(Receiver::successes)
+            .sum();
+        let requests: usize = fleet
+            .iter()
+            .filter_map(|e| e.receiver.as_ref())
+            .map(Receiver::count)
+            .sum();
+        let backlog = env.outbox_len().await.unwrap_or(-1);
+        let lag_now = lag.lock().ok().and_then(|l| *l);
+        timeline.push(Sample {
+            t_s,
+            committed: sent,
+            delivered,
+            requests,
+            backlog,
+            lag: lag_now,
+        });
+        if last_print.elapsed() >= Duration::from_secs(2) {
+            let rate = (delivered - last_printed_delivered) as f64 / last_print.elapsed().as_secs_f64();
+            eprintln!(
+                "[{label}] {t_s:6.1} s  committed {sent:>8}  delivered {delivered:>8}  {rate:>8.0}/s  outbox {backlog:>7}  lag {}",
+                lag_now.map(|l| l.to_string()).unwrap_or_else(|| "?".into())
+            );
+            last_print = Instant::now();
+            last_printed_delivered = delivered;
+        }
+        let producing_done = sent >= plan.events;
+        if producing_done && produced_at.is_none() {
+            produced_at = Some(now);
+        }
+        if !producing_done {
+            continue;
+        }
+        // Cheap test first (2xx answers per endpoint), then distinct webhook ids.
+        let enough = expecting.iter().all(|&i| {
+            fleet[i]
+                .receiver
+                .as_ref()
+                .is_some_and(|r| r.successes() >= plan.events)
+        });
+        if enough && last_full_check.elapsed() >= Duration::from_secs(1) {
+            last_full_check = Instant::now();
+            let complete = expecting.iter().all(|&i| {
+                fleet[i].receiver.as_ref().is_some_and(|r| {
+                    let got = r.received();
+                    let ids: std::collections::HashSet<&str> = got
+                        .iter()
+                        .filter(|d| (200..300).contains(&d.status))
+                        .map(|d| d.webhook_id.as_str())
+                        .collect();
+                    ids.len() >= plan.events
+                })
+            });
+            if complete {
+                return Ok((timeline, kills, true, recovered));
+            }
+        }
+        if produced_at.is_some_and(|p| p.elapsed() >= plan.drain_deadline) {
+            eprintln!(
+                "[{label}] deadline: not drained {} s after the last commit",
+                plan.drain_deadline.as_secs()
+            );
+            return Ok((timeline, kills, false, recovered));
+        }
+    }
+}
+
+/// The contract's counts for one set of endpoints.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Counts {
+    pub endpoints: usize,
+    pub expected_deliveries: usize,
+    /// Distinct (endpoint, event) pairs answered 2xx.
+    pub delivered: usize,
+    pub lost: usize,
+    /// 2xx answers beyond the first for the same (endpoint, event).
+    pub duplicates: usize,
+    /// Retries that reached the receiver before the schedule (or Retry-After) allowed.
+    pub early_retries: usize,
+    pub invalid_signatures: usize,
+    /// Every request received, including failed answers and retries.
+    pub requests: usize,
+}
+
+/// Counts and latency samples (ms, outbox commit → first 2xx delivery) of one class.
+pub fn measure_class(class: &Class, endpoints: &[Vec<Received>], events: usize) -> (Counts, Vec<f64>, f64) {
+    let mut last_ms: f64 = 0.0;
+    let mut c = Counts {
+        endpoints: endpoints.len(),
+        ..Default::default()
+    };
+    let mut samples = Vec::new();
+    for got in endpoints {
+        c.requests += got.len();
+        c.invalid_signatures += got.iter().filter(|d| !d.verified).count();
+        let mut by_id: HashMap<&str, Vec<&Received>> = HashMap::new();
+        for d in got {
+            by_id.entry(d.webhook_id.as_str()).or_default().push(d);
+        }
+        let mut delivered = 0;
+        for tries in by_id.values_mut() {
+            tries.sort_by(|a, b| a.received_unix_ms.total_cmp(&b.received_unix_ms));
+            let ok: Vec<&&Received> = tries.iter().filter(|d| (200..300).contains(&d.status)).collect();
+            if let Some(first) = ok.first() {
+                delivered += 1;
+                last_ms = last_ms.max(first.received_unix_ms);
+                c.duplicates += ok.len() - 1;
+                let created = serde_json::from_slice::<serde_json::Value>(&first.body)
+                    .ok()
+                    .and_then(|b| b.get("created_ms").and_then(serde_json::Value::as_f64));
+                if let Some(created) = created {
+                    samples.push(first.received_unix_ms - created);
+                }
+            }
+            for pair in tries.windows(2) {
+                let (a, b) = (pair[0], pair[1]);
+                if b.attempt <= a.attempt || a.attempt == 0 {
+                    continue; // a redelivery of the same attempt (after a crash) is not a retry
+                }
+                let base = RETRY_SCHEDULE_MS
+                    .get(a.attempt as usize - 1)
+                    .copied()
+                    .unwrap_or(u64::MAX / 2) as f64;
+                let mut min_gap = base * (1.0 - RETRY_JITTER);
+                if a.status == 429 || a.status == 0 {
+                    min_gap = min_gap.max(MIN_THROTTLED_DELAY_MS as f64);
+                }
+                if a.status == 429 || a.status == 503 {
+                    min_gap = min_gap.max(class.retry_after_ms() as f64);
+                }
+                if b.received_unix_ms - a.received_unix_ms < min_gap {
+                    c.early_retries += 1;
+                }
+            }
+        }
+        c.delivered += delivered;
+        if class.expects_delivery {
+            c.expected_deliveries += events;
+            c.lost += events.saturating_sub(delivered);
+        }
+    }
+    (c, samples, last_ms)
+}
+
+/// The report contract for a set of measured runs (one, or the phases of a scenario).
+pub fn contract(scenario: &str, outcomes: &[&Outcome]) -> serde_json::Value {
+    let mut total = Counts::default();
+    let mut all_samples = Vec::new();
+    let mut per_class = serde_json::Map::new();
+    let mut events = 0;
+    let mut duration_s = 0.0;
+    let mut wall_s = 0.0;
+    let (mut relay, mut dispatcher) = (Usage::default(), Usage::default());
+    for o in outcomes {
+        events += o.events;
+        let mut last_ms = o.started_ms;
+        for (ci, class) in o.classes.iter().enumerate() {
+            let (c, samples, last) = measure_class(class, &o.received[ci], o.events);
+            if class.expects_delivery {
+                last_ms = last_ms.max(last);
+            }
+            let key = if outcomes.len() > 1 {
+                format!("{}/{}", o.label, class.name)
+            } else {
+                class.name.clone()
+            };
+            per_class.insert(
+                key,
+                json!({
+                    "behaviour": class.behaviour(),
+                    "expects_delivery": class.expects_delivery,
+                    "endpoints": c.endpoints,
+                    "events": o.events,
+                    "expected_deliveries": c.expected_deliveries,
+                    "delivered": c.delivered,
+                    "lost": c.lost,
+                    "duplicates": c.duplicates,
+                    "early_retries": c.early_retries,
+                    "invalid_signatures": c.invalid_signatures,
+                    "requests": c.requests,
+                    "latency_ms": Latency::of(samples.clone()),
+                    "rate_limit_per_s": class.rate_limit_per_s,
+                }),
+            );
+            total.endpoints += c.endpoints;
+            total.requests += c.requests;
+            total.invalid_signatures += c.invalid_signatures;
+            total.early_retries += c.early_retries;
+            total.duplicates += c.duplicates;
+            if class.expects_delivery {
+                total.expected_deliveries += c.expected_deliveries;
+                total.delivered += c.delivered;
+                total.lost += c.lost;
+                all_samples.extend(samples);
+            }
+        }
+        duration_s += (last_ms - o.started_ms) / 1000.0;
+        wall_s += o.wall_s;
+        relay.cpu_s += o.relay.cpu_s;
+        relay.max_rss_mb = relay.max_rss_mb.max(o.relay.max_rss_mb);
+        relay.restarts += o.relay.restarts;
+        dispatcher.cpu_s += o.dispatcher.cpu_s;
+        dispatcher.max_rss_mb = dispatcher.max_rss_mb.max(o.dispatcher.max_rss_mb);
+        dispatcher.restarts += o.dispatcher.restarts;
+    }
+    json!({
+        "scenario": scenario,
+        "events": events,
+        "expected_deliveries": total.expected_deliveries,
+        "delivered": total.delivered,
+        "lost": total.lost,
+        "duplicates": total.duplicates,
+        "early_retries": total.early_retries,
+        "invalid_signatures": total.invalid_signatures,
+        "requests": total.requests,
+        "drained": outcomes.iter().all(|o| o.drained),
+        "duration_s": duration_s,
+        "throughput_per_s": if duration_s > 0.0 { total.delivered as f64 / duration_s } else { 0.0 },
+        "latency_ms": Latency::of(all_samples),
+        "duration_measures": "backlog: services started → last first-delivery; rate: first commit → last first-delivery (expected classes)",
+        "wall_s": wall_s,
+        "latency_measures": "outbox row committed (created in a one-statement transaction) → first 2xx delivery at the receiver",
+        "per_class": per_class,
+        "processes": {
+            "relay": relay,
+            "dispatcher": dispatcher,
+        },
+    })
+}
+
+/// Latency samples of the classes that expect delivery, for the CDF.
+pub fn latency_samples(o: &Outcome) -> Vec<f64> {
+    let mut all = Vec::new();
+    for (ci, class) in o.classes.iter().enumerate() {
+        if class.expects_delivery {
+            all.extend(measure_class(class, &o.received[ci], o.events).1);
+        }
+    }
+    all
+}
