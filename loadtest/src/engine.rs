@@ -102,8 +102,18 @@ pub struct Chaos {
     pub every_s: (f64, f64),
 }
 
+/// What delivers the events.
+#[derive(Debug, Clone, Copy)]
+pub enum System {
+    /// The outbox relay and the dispatcher (release builds).
+    Hookstream,
+    /// The naive polling design (`baseline.rs`) with this sleep between polls.
+    Baseline { sleep_ms: u64, workers: usize },
+}
+
 #[derive(Debug, Clone)]
 pub struct Plan {
+    pub system: System,
     pub label: String,
     pub events: usize,
     pub load: Load,
@@ -147,6 +157,7 @@ pub struct Usage {
 }
 
 struct Service {
+    name: &'static str,
     bin: PathBuf,
     env: Vec<(String, String)>,
     log: PathBuf,
@@ -158,10 +169,16 @@ struct Service {
 }
 
 impl Service {
-    fn start(bin: PathBuf, env: Vec<(String, String)>, log: PathBuf) -> anyhow::Result<Self> {
+    fn start(
+        name: &'static str,
+        bin: PathBuf,
+        env: Vec<(String, String)>,
+        log: PathBuf,
+    ) -> anyhow::Result<Self> {
         let proc =
             ServiceProcess::spawn(&bin, &env, &log).with_context(|| format!("starting {}", bin.display()))?;
         Ok(Self {
+            name,
             bin,
             env,
             log,
@@ -224,8 +241,8 @@ pub struct Outcome {
     /// From the services' start to the end of the run (drained, or the deadline).
     pub wall_s: f64,
     pub timeline: Vec<Sample>,
-    pub relay: Usage,
-    pub dispatcher: Usage,
+    /// Per process (name, usage).
+    pub processes: Vec<(String, Usage)>,
     pub kills: Vec<serde_json::Value>,
     pub drained: bool,
 }
@@ -241,6 +258,20 @@ fn unix_ms() -> f64 {
 async fn vacant_addr() -> anyhow::Result<SocketAddr> {
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     Ok(l.local_addr()?)
+}
+
+/// Where the producer writes: Hookstream's outbox, or the baseline's queue (a row per endpoint).
+#[derive(Clone)]
+enum Sink {
+    Outbox(Uuid),
+    Queue(Arc<Vec<(String, String)>>),
+}
+
+async fn produce(pool: &PgPool, sink: &Sink, n: usize) -> anyhow::Result<()> {
+    match sink {
+        Sink::Outbox(tenant) => enqueue(pool, *tenant, n).await,
+        Sink::Queue(endpoints) => crate::baseline::enqueue(pool, endpoints, n).await,
+    }
 }
 
 async fn enqueue(pool: &PgPool, tenant: Uuid, n: usize) -> anyhow::Result<()> {
@@ -378,6 +409,18 @@ pub async fn run(plan: &Plan) -> anyhow::Result<Outcome> {
         }
     }
     let label = &plan.label;
+    let sink = match plan.system {
+        System::Hookstream => Sink::Outbox(tenant),
+        System::Baseline { .. } => {
+            sqlx::query(crate::baseline::DDL).execute(&env.pool).await?;
+            Sink::Queue(Arc::new(
+                fleet
+                    .iter()
+                    .map(|e| (format!("http://{}/hook", e.addr), e.secret.clone()))
+                    .collect(),
+            ))
+        }
+    };
     let committed = Arc::new(AtomicUsize::new(0));
     if let Load::Backlog = plan.load {
         eprintln!(
@@ -388,28 +431,19 @@ pub async fn run(plan: &Plan) -> anyhow::Result<Outcome> {
         let mut left = plan.events;
         while left > 0 {
             let n = left.min(5_000);
-            enqueue(&env.pool, tenant, n).await?;
+            produce(&env.pool, &sink, n).await?;
             left -= n;
             committed.fetch_add(n, Ordering::Relaxed);
         }
     }
-    let out = &plan.out;
-    let mut relay = Service::start(
-        release_bin("outbox-relay"),
-        service_env(&env),
-        out.join(format!("{label}-relay.log")),
-    )?;
-    let mut dispatcher = match Service::start(
-        release_bin("dispatcher"),
-        dispatcher_vars(&env, plan.max_in_flight_events),
-        out.join(format!("{label}-dispatcher.log")),
-    ) {
-        Ok(d) => d,
-        Err(e) => {
-            relay.stop().await;
-            return Err(e);
+    let mut services = Vec::new();
+    let started_services = start_services(plan, &env, &mut services);
+    if let Err(e) = started_services {
+        for s in services {
+            s.stop().await;
         }
-    };
+        return Err(e);
+    }
     if let Load::Rate(_) = plan.load {
         // Let the dispatcher join its group and load its routing snapshot before measuring
         // latency (a backlog run measures from the start instead).
@@ -420,7 +454,8 @@ pub async fn run(plan: &Plan) -> anyhow::Result<Outcome> {
     let producer = match plan.load {
         Load::Backlog => None,
         Load::Rate(rate) => {
-            let (pool, events, committed) = (env.pool.clone(), plan.events, committed.clone());
+            let (pool, events, committed, sink) =
+                (env.pool.clone(), plan.events, committed.clone(), sink.clone());
             Some(tokio::spawn(async move {
                 let per_tick = (rate / 100).max(1);
                 let mut tick = tokio::time::interval(Duration::from_millis(10));
@@ -429,7 +464,7 @@ pub async fn run(plan: &Plan) -> anyhow::Result<Outcome> {
                 while sent < events {
                     tick.tick().await;
                     let n = per_tick.min(events - sent);
-                    enqueue(&pool, tenant, n).await?;
+                    produce(&pool, &sink, n).await?;
                     sent += n;
                     committed.store(sent, Ordering::Relaxed);
                 }
@@ -438,26 +473,27 @@ pub async fn run(plan: &Plan) -> anyhow::Result<Outcome> {
         }
     };
     let stop_lag = Arc::new(AtomicBool::new(false));
-    let (lag, lag_thread) = lag_sampler(&env, stop_lag.clone())?;
-    let result = drive(
-        plan,
-        &env,
-        &mut fleet,
-        &committed,
-        &lag,
-        &mut relay,
-        &mut dispatcher,
-        started,
-    )
-    .await;
+    let (lag, lag_thread) = match plan.system {
+        System::Hookstream => {
+            let (l, t) = lag_sampler(&env, stop_lag.clone())?;
+            (l, Some(t))
+        }
+        System::Baseline { .. } => (Arc::new(Mutex::new(None)), None),
+    };
+    let result = drive(plan, &env, &mut fleet, &committed, &lag, &mut services, started).await;
     stop_lag.store(true, Ordering::Relaxed);
     let duration_s = started.elapsed().as_secs_f64();
     if let Some(p) = &producer {
         p.abort();
     }
-    let relay_use = relay.stop().await;
-    let dispatcher_use = dispatcher.stop().await;
-    let _ = tokio::task::spawn_blocking(move || lag_thread.join()).await;
+    let mut processes = Vec::new();
+    for s in services {
+        let name = s.name.to_string();
+        processes.push((name, s.stop().await));
+    }
+    if let Some(t) = lag_thread {
+        let _ = tokio::task::spawn_blocking(move || t.join()).await;
+    }
     let (timeline, kills, drained, recovered) = result?;
     if let Some(p) = producer {
         match p.await {
@@ -483,11 +519,49 @@ pub async fn run(plan: &Plan) -> anyhow::Result<Outcome> {
         started_ms,
         wall_s: duration_s,
         timeline,
-        relay: relay_use,
-        dispatcher: dispatcher_use,
+        processes,
         kills,
         drained,
     })
+}
+
+/// Starts the processes of the plan's system, pushing each onto `services` as it starts.
+fn start_services(plan: &Plan, env: &TestEnv, services: &mut Vec<Service>) -> anyhow::Result<()> {
+    let (out, label) = (&plan.out, &plan.label);
+    match plan.system {
+        System::Hookstream => {
+            services.push(Service::start(
+                "relay",
+                release_bin("outbox-relay"),
+                service_env(env),
+                out.join(format!("{label}-relay.log")),
+            )?);
+            services.push(Service::start(
+                "dispatcher",
+                release_bin("dispatcher"),
+                dispatcher_vars(env, plan.max_in_flight_events),
+                out.join(format!("{label}-dispatcher.log")),
+            )?);
+        }
+        System::Baseline { sleep_ms, workers } => {
+            let vars = vec![
+                (crate::BASELINE_ROLE_VAR.to_string(), "1".to_string()),
+                (
+                    "LOADTEST_BASELINE_DATABASE_URL".to_string(),
+                    env.database.url.clone(),
+                ),
+                ("LOADTEST_BASELINE_SLEEP_MS".to_string(), sleep_ms.to_string()),
+                ("LOADTEST_BASELINE_WORKERS".to_string(), workers.to_string()),
+            ];
+            services.push(Service::start(
+                "baseline",
+                std::env::current_exe()?,
+                vars,
+                out.join(format!("{label}-baseline.log")),
+            )?);
+        }
+    }
+    Ok(())
 }
 
 type Driven = (Vec<Sample>, Vec<serde_json::Value>, bool, HashMap<usize, f64>);
@@ -500,8 +574,7 @@ async fn drive(
     fleet: &mut [Endpoint],
     committed: &AtomicUsize,
     lag: &Mutex<Option<i64>>,
-    relay: &mut Service,
-    dispatcher: &mut Service,
+    services: &mut [Service],
     started: Instant,
 ) -> anyhow::Result<Driven> {
     let label = &plan.label;
@@ -543,12 +616,8 @@ async fn drive(
         // Chaos: SIGKILL one of the services, restart it a moment later.
         if let (Some(c), Some(at)) = (plan.chaos.as_ref(), next_kill) {
             if now >= at && produced_at.is_none() {
-                let which = if rng.gen_bool(0.5) { "relay" } else { "dispatcher" };
-                let svc = if which == "relay" {
-                    &mut *relay
-                } else {
-                    &mut *dispatcher
-                };
+                let svc = &mut services[rng.gen_range(0..services.len())];
+                let which = svc.name;
                 svc.kill9().await;
                 let down_ms = rng.gen_range(200..=1500);
                 tokio::time::sleep(Duration::from_millis(down_ms)).await;
@@ -558,8 +627,9 @@ async fn drive(
                 next_kill = Some(Instant::now() + next_kill_in(&mut rng, c));
             }
         }
-        relay.sample();
-        dispatcher.sample();
+        for svc in services.iter_mut() {
+            svc.sample();
+        }
         let delivered: usize = fleet
             .iter()
             .filter_map(|e| e.receiver.as_ref())
@@ -570,7 +640,10 @@ async fn drive(
             .filter_map(|e| e.receiver.as_ref())
             .map(Receiver::count)
             .sum();
-        let backlog = env.outbox_len().await.unwrap_or(-1);
+        let backlog = match plan.system {
+            System::Hookstream => env.outbox_len().await.unwrap_or(-1),
+            System::Baseline { .. } => crate::baseline::backlog(&env.pool).await.unwrap_or(-1),
+        };
         let lag_now = lag.lock().ok().and_then(|l| *l);
         timeline.push(Sample {
             t_s,
@@ -715,7 +788,7 @@ pub fn contract(scenario: &str, outcomes: &[&Outcome]) -> serde_json::Value {
     let mut events = 0;
     let mut duration_s = 0.0;
     let mut wall_s = 0.0;
-    let (mut relay, mut dispatcher) = (Usage::default(), Usage::default());
+    let mut processes: std::collections::BTreeMap<String, Usage> = Default::default();
     for o in outcomes {
         events += o.events;
         let mut last_ms = o.started_ms;
@@ -761,12 +834,12 @@ pub fn contract(scenario: &str, outcomes: &[&Outcome]) -> serde_json::Value {
         }
         duration_s += (last_ms - o.started_ms) / 1000.0;
         wall_s += o.wall_s;
-        relay.cpu_s += o.relay.cpu_s;
-        relay.max_rss_mb = relay.max_rss_mb.max(o.relay.max_rss_mb);
-        relay.restarts += o.relay.restarts;
-        dispatcher.cpu_s += o.dispatcher.cpu_s;
-        dispatcher.max_rss_mb = dispatcher.max_rss_mb.max(o.dispatcher.max_rss_mb);
-        dispatcher.restarts += o.dispatcher.restarts;
+        for (name, u) in &o.processes {
+            let p = processes.entry(name.clone()).or_default();
+            p.cpu_s += u.cpu_s;
+            p.max_rss_mb = p.max_rss_mb.max(u.max_rss_mb);
+            p.restarts += u.restarts;
+        }
     }
     json!({
         "scenario": scenario,
@@ -786,10 +859,7 @@ pub fn contract(scenario: &str, outcomes: &[&Outcome]) -> serde_json::Value {
         "wall_s": wall_s,
         "latency_measures": "outbox row committed (created in a one-statement transaction) → first 2xx delivery at the receiver",
         "per_class": per_class,
-        "processes": {
-            "relay": relay,
-            "dispatcher": dispatcher,
-        },
+        "processes": processes,
     })
 }
 

@@ -13,6 +13,7 @@
 
 #![forbid(unsafe_code)]
 
+mod baseline;
 mod dispatch;
 mod engine;
 mod html;
@@ -115,6 +116,12 @@ pub struct RunArgs {
     /// crash: seconds between kills, drawn from MIN..=MAX.
     #[arg(long, value_parser = parse_range, default_value = "3..8")]
     pub kill_every_s: (f64, f64),
+    /// steady, max: also run the naive polling design against the same receivers.
+    #[arg(long)]
+    pub baseline: bool,
+    /// Concurrent pollers of the baseline (one process).
+    #[arg(long, default_value_t = 4)]
+    pub baseline_workers: usize,
     /// Repeat the scenario and report the medians.
     #[arg(long, default_value_t = 1)]
     pub runs: usize,
@@ -147,8 +154,22 @@ async fn run_once(args: &RunArgs) -> anyhow::Result<(serde_json::Value, Vec<engi
     Ok((report, measured.phases))
 }
 
+/// Set in the environment of the baseline's poller process (a child of the load generator).
+pub const BASELINE_ROLE_VAR: &str = "LOADTEST_BASELINE_WORKER";
+
+async fn baseline_worker() -> anyhow::Result<()> {
+    let var = |k: &str| std::env::var(k).map_err(|_| anyhow::anyhow!("{k} is not set"));
+    let url = var("LOADTEST_BASELINE_DATABASE_URL")?;
+    let sleep_ms: u64 = var("LOADTEST_BASELINE_SLEEP_MS")?.parse()?;
+    let workers: usize = var("LOADTEST_BASELINE_WORKERS")?.parse()?;
+    baseline::worker(&url, workers, sleep_ms).await
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    if std::env::var_os(BASELINE_ROLE_VAR).is_some() {
+        return baseline_worker().await;
+    }
     let cli = Cli::parse();
     match cli.command {
         Command::Run(args) => {

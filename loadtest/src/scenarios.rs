@@ -6,7 +6,7 @@ use std::time::Duration;
 use hookstream_testkit::Behaviour;
 use serde_json::json;
 
-use crate::engine::{self, Chaos, Class, Kind, Load, Outcome, Plan};
+use crate::engine::{self, Chaos, Class, Kind, Load, Outcome, Plan, System};
 use crate::report::Latency;
 use crate::RunArgs;
 
@@ -18,6 +18,7 @@ pub struct Measured {
 
 fn plan(args: &RunArgs, label: &str, load: Load, classes: Vec<Class>) -> Plan {
     Plan {
+        system: System::Hookstream,
         label: label.into(),
         events: args.events,
         load,
@@ -39,30 +40,82 @@ fn black_hole() -> Class {
     c
 }
 
+/// With `--baseline`: the same plan run by the naive polling design (500 ms sleep, then
+/// tuned without it), and Hookstream / baseline ratios.
+async fn baseline(
+    args: &RunArgs,
+    p: &Plan,
+    report: &mut serde_json::Value,
+    phases: &mut Vec<Outcome>,
+) -> anyhow::Result<()> {
+    if !args.baseline {
+        return Ok(());
+    }
+    let mut out = serde_json::Map::new();
+    for (key, sleep_ms) in [("polling_500ms", 500), ("polling_tuned", 0)] {
+        let mut b = p.clone();
+        b.system = System::Baseline {
+            sleep_ms,
+            workers: args.baseline_workers,
+        };
+        b.label = format!("{}-baseline-{key}", p.label);
+        let o = engine::run(&b).await?;
+        let c = engine::contract(&p.label, &[&o]);
+        let ratio = |k: &str, sub: Option<&str>| {
+            let get = |v: &serde_json::Value| match sub {
+                Some(s) => v[k][s].as_f64(),
+                None => v[k].as_f64(),
+            };
+            match (get(report), get(&c)) {
+                (Some(h), Some(b)) if b > 0.0 => json!(h / b),
+                _ => serde_json::Value::Null,
+            }
+        };
+        out.insert(
+            key.into(),
+            json!({
+                "sleep_ms": sleep_ms,
+                "pollers": args.baseline_workers,
+                "batch": crate::baseline::BATCH,
+                "delivered": c["delivered"],
+                "lost": c["lost"],
+                "duplicates": c["duplicates"],
+                "invalid_signatures": c["invalid_signatures"],
+                "duration_s": c["duration_s"],
+                "throughput_per_s": c["throughput_per_s"],
+                "latency_ms": c["latency_ms"],
+                "processes": c["processes"],
+                "hookstream_over_baseline": {
+                    "throughput_per_s": ratio("throughput_per_s", None),
+                    "latency_p50": ratio("latency_ms", Some("p50")),
+                    "latency_p99": ratio("latency_ms", Some("p99")),
+                },
+            }),
+        );
+        phases.push(o);
+    }
+    report["baseline"] = serde_json::Value::Object(out);
+    Ok(())
+}
+
 pub async fn steady(args: &RunArgs) -> anyhow::Result<Measured> {
-    let o = engine::run(&plan(
-        args,
-        "steady",
-        Load::Rate(args.rate),
-        vec![fast(args.endpoints)],
-    ))
-    .await?;
+    let p = plan(args, "steady", Load::Rate(args.rate), vec![fast(args.endpoints)]);
+    let o = engine::run(&p).await?;
     let mut report = engine::contract("steady", &[&o]);
     report["steady"] = json!({ "rate_per_s": args.rate, "endpoints": args.endpoints });
-    Ok(Measured {
-        report,
-        phases: vec![o],
-    })
+    let mut phases = vec![o];
+    baseline(args, &p, &mut report, &mut phases).await?;
+    Ok(Measured { report, phases })
 }
 
 pub async fn max(args: &RunArgs) -> anyhow::Result<Measured> {
-    let o = engine::run(&plan(args, "max", Load::Backlog, vec![fast(args.endpoints)])).await?;
+    let p = plan(args, "max", Load::Backlog, vec![fast(args.endpoints)]);
+    let o = engine::run(&p).await?;
     let mut report = engine::contract("max", &[&o]);
     report["max"] = json!({ "backlog_events": args.events, "endpoints": args.endpoints });
-    Ok(Measured {
-        report,
-        phases: vec![o],
-    })
+    let mut phases = vec![o];
+    baseline(args, &p, &mut report, &mut phases).await?;
+    Ok(Measured { report, phases })
 }
 
 pub async fn fanout(args: &RunArgs) -> anyhow::Result<Measured> {
@@ -217,8 +270,7 @@ pub async fn crash(args: &RunArgs) -> anyhow::Result<Measured> {
     report["crash"] = json!({
         "seed": args.seed,
         "kills": o.kills,
-        "relay_restarts": o.relay.restarts,
-        "dispatcher_restarts": o.dispatcher.restarts,
+        "restarts": o.processes.iter().map(|(n, u)| (n.clone(), u.restarts)).collect::<std::collections::BTreeMap<_, _>>(),
     });
     Ok(Measured {
         report,
