@@ -873,3 +873,57 @@ pub fn latency_samples(o: &Outcome) -> Vec<f64> {
     }
     all
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn got(id: &str, attempt: u32, at_ms: f64, status: u16, created_ms: f64) -> Received {
+        Received {
+            webhook_id: id.into(),
+            timestamp: String::new(),
+            signature: String::new(),
+            event_type: String::new(),
+            attempt,
+            body: serde_json::to_vec(&json!({ "created_ms": created_ms }))
+                .unwrap_or_default()
+                .into(),
+            verified: true,
+            at: Instant::now(),
+            received_unix_ms: at_ms,
+            status,
+        }
+    }
+
+    #[test]
+    fn counts_delivered_lost_duplicates_and_early_retries() {
+        let class = Class::new("flaky", Kind::Http(Behaviour::Flaky(50)), 1, true);
+        let endpoint = vec![
+            // a: failed, retried on time (schedule[0] = 1000 ms, × 0.8 = 800 ms), delivered twice.
+            got("a", 1, 1000.0, 503, 990.0),
+            got("a", 2, 1900.0, 204, 990.0),
+            got("a", 2, 1950.0, 204, 990.0),
+            // b: failed, retried 500 ms later: early.
+            got("b", 1, 1000.0, 503, 995.0),
+            got("b", 2, 1500.0, 204, 995.0),
+        ];
+        let (c, samples, last) = measure_class(&class, &[endpoint], 3);
+        assert_eq!(c.expected_deliveries, 3);
+        assert_eq!(c.delivered, 2);
+        assert_eq!(c.lost, 1);
+        assert_eq!(c.duplicates, 1);
+        assert_eq!(c.early_retries, 1);
+        assert_eq!(c.requests, 5);
+        assert_eq!(last, 1900.0);
+        let mut samples = samples;
+        samples.sort_by(f64::total_cmp);
+        assert_eq!(samples, vec![505.0, 910.0]);
+    }
+
+    #[test]
+    fn a_429_retry_must_wait_for_retry_after() {
+        let class = Class::new("throttle", Kind::Http(Behaviour::Throttle(100, 3)), 1, true);
+        let endpoint = vec![got("a", 1, 0.0, 429, 0.0), got("a", 2, 2000.0, 204, 0.0)];
+        assert_eq!(measure_class(&class, &[endpoint], 1).0.early_retries, 1);
+    }
+}
