@@ -30,6 +30,9 @@ use crate::report::Latency;
 pub const RETRY_SCHEDULE_MS: [u64; 9] = [1000, 2000, 4000, 8000, 15000, 30000, 30000, 30000, 30000];
 pub const MIN_THROTTLED_DELAY_MS: u64 = 1000;
 pub const RETRY_JITTER: f64 = 0.2;
+/// Retry due times travel as whole milliseconds (Kafka timestamps), so a retry may arrive up
+/// to 1 ms before the exact receiver-side gap; only earlier than that counts as early.
+const DUE_RESOLUTION_MS: f64 = 1.0;
 /// Time the services get before a rate-driven run starts producing.
 const SETTLE: Duration = Duration::from_secs(3);
 
@@ -718,6 +721,8 @@ pub struct Counts {
     pub invalid_signatures: usize,
     /// Every request received, including failed answers and retries.
     pub requests: usize,
+    /// The first few early retries: (webhook-id, attempt, previous status, gap ms, minimum ms).
+    pub early_examples: Vec<(String, u32, u16, f64, f64)>,
 }
 
 /// Counts and latency samples (ms, outbox commit → first 2xx delivery) of one class.
@@ -766,8 +771,13 @@ pub fn measure_class(class: &Class, endpoints: &[Vec<Received>], events: usize) 
                 if a.status == 429 || a.status == 503 {
                     min_gap = min_gap.max(class.retry_after_ms() as f64);
                 }
-                if b.received_unix_ms - a.received_unix_ms < min_gap {
+                let gap = b.received_unix_ms - a.received_unix_ms;
+                if gap + DUE_RESOLUTION_MS < min_gap {
                     c.early_retries += 1;
+                    if c.early_examples.len() < 10 {
+                        c.early_examples
+                            .push((b.webhook_id.clone(), b.attempt, a.status, gap, min_gap));
+                    }
                 }
             }
         }
@@ -814,6 +824,9 @@ pub fn contract(scenario: &str, outcomes: &[&Outcome]) -> serde_json::Value {
                     "lost": c.lost,
                     "duplicates": c.duplicates,
                     "early_retries": c.early_retries,
+                    "early_retry_examples": c.early_examples.iter().map(|(id, attempt, prev, gap, min)| json!({
+                        "webhook_id": id, "attempt": attempt, "previous_status": prev, "gap_ms": gap, "min_gap_ms": min,
+                    })).collect::<Vec<_>>(),
                     "invalid_signatures": c.invalid_signatures,
                     "requests": c.requests,
                     "latency_ms": Latency::of(samples.clone()),
