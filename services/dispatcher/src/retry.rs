@@ -69,7 +69,8 @@ pub(crate) async fn schedule(
         event: Some(event.clone()),
         endpoint_id: endpoint_id.to_string(),
         attempt: failed_attempt,
-        due_at_ms: now_ms() + delay.as_millis() as i64,
+        // +1: `now_ms` truncates, and a due time must never fall short of the delay.
+        due_at_ms: now_ms() + delay.as_millis() as i64 + 1,
         first_attempt_at_ms,
         origin: Some(origin.clone()),
         last_status: outcome.status.map(i32::from).unwrap_or(0),
