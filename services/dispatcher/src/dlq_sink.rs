@@ -15,10 +15,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
 use hookstream_config::KafkaConfig;
-use hookstream_kafka::rdkafka::consumer::{
-    BaseConsumer, Consumer, ConsumerContext, Rebalance, StreamConsumer,
-};
-use hookstream_kafka::rdkafka::{ClientContext, Message as _};
+use hookstream_kafka::rdkafka::consumer::{Consumer, StreamConsumer};
+use hookstream_kafka::rdkafka::Message as _;
 use hookstream_kafka::tracker::{OffsetTracker, Ticket};
 use hookstream_proto::{DeadLetter, Message as _};
 use hookstream_store::dead_letters::{self, NewDeadLetter, Position};
@@ -28,6 +26,8 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+
+use crate::RebalanceContext;
 use uuid::Uuid;
 
 use crate::{now_ms, DispatchError, DispatcherMetrics};
@@ -57,28 +57,6 @@ impl Default for DlqConfig {
     }
 }
 
-/// Forgets a revoked partition's outstanding offsets before anyone else owns it.
-struct SinkContext {
-    tracker: Arc<Mutex<OffsetTracker>>,
-}
-
-impl ClientContext for SinkContext {}
-
-impl ConsumerContext for SinkContext {
-    fn pre_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
-        let mut tracker = self.tracker.lock().expect("tracker lock");
-        match rebalance {
-            Rebalance::Revoke(tpl) => {
-                for el in tpl.elements() {
-                    tracker.revoke(el.topic(), el.partition());
-                }
-            }
-            Rebalance::Assign(_) => {}
-            Rebalance::Error(_) => tracker.revoke_all(),
-        }
-    }
-}
-
 /// Consumes the DLQ topic until `shutdown`, then drains within `grace`.
 pub(crate) async fn run(
     pool: PgPool,
@@ -89,10 +67,12 @@ pub(crate) async fn run(
     shutdown: CancellationToken,
 ) -> Result<(), DispatchError> {
     let tracker = Arc::new(Mutex::new(OffsetTracker::new()));
-    let consumer: Arc<StreamConsumer<SinkContext>> = Arc::new(
-        hookstream_kafka::consumer_config(&kafka, &cfg.sink_group_id).create_with_context(SinkContext {
-            tracker: tracker.clone(),
-        })?,
+    let consumer: Arc<StreamConsumer<RebalanceContext>> = Arc::new(
+        hookstream_kafka::consumer_config(&kafka, &cfg.sink_group_id).create_with_context(
+            RebalanceContext {
+                tracker: tracker.clone(),
+            },
+        )?,
     );
     consumer.subscribe(&[kafka.topics.dlq.as_str()])?;
     tracing::info!(topic = %kafka.topics.dlq, group = %cfg.sink_group_id, "DLQ sink consuming");
@@ -157,7 +137,7 @@ pub(crate) async fn run(
     Ok(())
 }
 
-fn set_paused(consumer: &StreamConsumer<SinkContext>, pause: bool) {
+fn set_paused(consumer: &StreamConsumer<RebalanceContext>, pause: bool) {
     let result = consumer.assignment().and_then(|tpl| {
         if pause {
             consumer.pause(&tpl)

@@ -111,9 +111,10 @@ pub enum DispatchError {
     Config(String),
 }
 
-/// Clears a partition's tracking state when it is revoked, before anyone else owns it.
-struct RebalanceContext {
-    tracker: Arc<Mutex<OffsetTracker>>,
+/// Clears a partition's tracking state when it is revoked, before anyone else owns it (the
+/// events consumer and the DLQ sink).
+pub(crate) struct RebalanceContext {
+    pub(crate) tracker: Arc<Mutex<OffsetTracker>>,
 }
 
 impl ClientContext for RebalanceContext {}

@@ -9,7 +9,6 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use dispatcher::replay::{ReplayOptions, Replayer};
 use futures::stream::{FuturesUnordered, StreamExt};
-use hookstream_config::RetryConfig;
 use hookstream_kafka::rdkafka::producer::{FutureProducer, FutureRecord};
 use hookstream_proto::{DeadLetter, DeliveryTask, EventEnvelope, Message as _};
 use hookstream_store::dead_letters::{self, Filter, NewDeadLetter, Position};
@@ -17,50 +16,10 @@ use hookstream_store::outbox::NewEvent;
 use hookstream_testkit::{eventually, Behaviour, Receiver, TestEnv};
 use prometheus::Registry;
 use serde_json::json;
-use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 mod common;
-
-fn config(env: &TestEnv, schedule_ms: Vec<u64>) -> dispatcher::Config {
-    let mut cfg = common::dispatcher_config(env);
-    cfg.retry = RetryConfig {
-        schedule_ms,
-        jitter: 0.0,
-        min_throttled_delay_ms: 1_000,
-        ..env.retry.clone()
-    };
-    cfg.delivery.allow_cidrs = vec!["127.0.0.0/8".parse().unwrap()];
-    cfg
-}
-
-/// A relay and a dispatcher exporting into `registry`.
-fn start(env: &TestEnv, cfg: dispatcher::Config, registry: Registry) -> CancellationToken {
-    let token = CancellationToken::new();
-    common::start_relay(env, &token);
-    let t = token.clone();
-    tokio::spawn(async move {
-        dispatcher::run(cfg, &registry, Default::default(), t)
-            .await
-            .expect("dispatcher runs");
-    });
-    token
-}
-
-fn counter(registry: &Registry, name: &str, label: (&str, &str)) -> f64 {
-    registry
-        .gather()
-        .iter()
-        .filter(|f| f.name() == name)
-        .flat_map(|f| f.get_metric().iter())
-        .filter(|m| {
-            m.get_label()
-                .iter()
-                .any(|l| l.name() == label.0 && l.value() == label.1)
-        })
-        .map(|m| m.get_counter().get_value())
-        .sum()
-}
+use common::{retrying_config as config, start_observed_pipeline as start};
 
 fn producer(env: &TestEnv) -> FutureProducer {
     hookstream_kafka::producer_config(&env.kafka, Duration::from_secs(10))
@@ -182,7 +141,7 @@ async fn a_dead_letter_is_stored_with_its_reason_and_a_replay_delivers_it_with_t
         0
     );
     assert_eq!(
-        counter(&registry, "hookstream_dlq_stored_total", ("result", "stored")),
+        common::metric(&registry, "hookstream_dlq_stored_total", &[("result", "stored")]),
         1.0
     );
     assert_eq!(receiver.count(), 3);
@@ -215,10 +174,10 @@ async fn a_dead_letter_is_stored_with_its_reason_and_a_replay_delivers_it_with_t
     assert!(after.replayed_at.is_some());
     assert!(
         eventually(Duration::from_secs(5), || async {
-            counter(
+            common::metric(
                 &registry,
                 "hookstream_dlq_replayed_total",
-                ("kind", "dead_letter"),
+                &[("kind", "dead_letter")],
             ) == 1.0
         })
         .await
@@ -292,7 +251,7 @@ async fn poison_on_the_dlq_topic_is_stored_as_decode_with_its_bytes_and_the_part
         sink_committed(&env)
     );
     assert_eq!(
-        counter(&registry, "hookstream_dlq_stored_total", ("result", "stored")),
+        common::metric(&registry, "hookstream_dlq_stored_total", &[("result", "stored")]),
         2.0
     );
     token.cancel();
@@ -513,7 +472,7 @@ async fn ten_thousand_waiting_retries_do_not_slow_the_main_path() {
     while acks.next().await.is_some() {}
     assert!(
         eventually(Duration::from_secs(20), || async {
-            counter(&registry, "hookstream_retry_consumed_total", ("tier", "5s")) >= 1.0
+            common::metric(&registry, "hookstream_retry_consumed_total", &[("tier", "5s")]) >= 1.0
         })
         .await,
         "the retry role holds the waiting retries"
@@ -560,7 +519,7 @@ async fn the_sink_waits_out_a_database_failure_and_skips_nothing() {
     }
     assert!(
         eventually(Duration::from_secs(20), || async {
-            counter_value(&registry, "hookstream_dlq_store_errors_total") >= 2.0
+            common::metric(&registry, "hookstream_dlq_store_errors_total", &[]) >= 2.0
         })
         .await,
         "the sink keeps trying"
@@ -598,16 +557,6 @@ async fn sqlx_exec(env: &TestEnv, sql: &str) {
         .execute(&env.pool)
         .await
         .unwrap();
-}
-
-fn counter_value(registry: &Registry, name: &str) -> f64 {
-    registry
-        .gather()
-        .iter()
-        .filter(|f| f.name() == name)
-        .flat_map(|f| f.get_metric().iter())
-        .map(|m| m.get_counter().get_value())
-        .sum()
 }
 
 /// The DLQ sink's committed offset on partition 0 of the DLQ topic.

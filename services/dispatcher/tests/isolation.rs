@@ -5,7 +5,6 @@
 use std::time::{Duration, Instant};
 
 use dispatcher::isolation::IsolationSettings;
-use hookstream_config::RetryConfig;
 use hookstream_proto::{DeadLetter, Message as _};
 use hookstream_store::endpoints::NewEndpoint;
 use hookstream_store::outbox::NewEvent;
@@ -15,17 +14,7 @@ use serde_json::json;
 mod common;
 use common::metric;
 
-fn config(env: &TestEnv, schedule_ms: Vec<u64>) -> dispatcher::Config {
-    let mut cfg = common::dispatcher_config(env);
-    cfg.retry = RetryConfig {
-        schedule_ms,
-        jitter: 0.0,
-        min_throttled_delay_ms: 1_000,
-        ..env.retry.clone()
-    };
-    cfg.delivery.allow_cidrs = vec!["127.0.0.0/8".parse().unwrap()];
-    cfg
-}
+use common::retrying_config as config;
 
 fn now_ms() -> f64 {
     std::time::SystemTime::now()

@@ -14,15 +14,7 @@ use tokio_util::sync::CancellationToken;
 mod common;
 
 fn start(env: &TestEnv, schedule_ms: Vec<u64>) -> CancellationToken {
-    let mut cfg = common::dispatcher_config(env);
-    cfg.retry = RetryConfig {
-        schedule_ms,
-        jitter: 0.0,
-        min_throttled_delay_ms: 1_000,
-        ..env.retry.clone()
-    };
-    cfg.delivery.allow_cidrs = vec!["127.0.0.0/8".parse().unwrap()];
-    common::start_pipeline(env, cfg)
+    common::start_pipeline(env, common::retrying_config(env, schedule_ms))
 }
 
 /// Gaps between consecutive arrivals, in seconds.

@@ -20,6 +20,20 @@ pub fn dispatcher_config(env: &TestEnv) -> dispatcher::Config {
     }
 }
 
+/// `dispatcher_config` with a compressed retry schedule (no jitter, 1 s throttle minimum)
+/// and loopback receivers allow-listed.
+pub fn retrying_config(env: &TestEnv, schedule_ms: Vec<u64>) -> dispatcher::Config {
+    let mut cfg = dispatcher_config(env);
+    cfg.retry = hookstream_config::RetryConfig {
+        schedule_ms,
+        jitter: 0.0,
+        min_throttled_delay_ms: 1_000,
+        ..env.retry.clone()
+    };
+    cfg.delivery.allow_cidrs = vec!["127.0.0.0/8".parse().unwrap()];
+    cfg
+}
+
 /// Runs an outbox-relay in this process until the token is cancelled.
 pub fn start_relay(env: &TestEnv, token: &CancellationToken) {
     let cfg = outbox_relay::Config {
