@@ -12,7 +12,6 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use hookstream_store::endpoints::{self, NewEndpoint};
-use hookstream_store::sqlx;
 use hookstream_testkit::process::{dispatcher_env, service_env, ServiceProcess};
 use hookstream_testkit::{Behaviour, Receiver, TestEnv};
 use serde_json::json;
@@ -65,18 +64,7 @@ async fn receivers(env: &TestEnv, tenant: uuid::Uuid, n: usize) -> anyhow::Resul
 }
 
 async fn enqueue(env: &TestEnv, tenant: uuid::Uuid, n: i32) -> anyhow::Result<()> {
-    sqlx::query(
-        "SELECT count(hookstream.enqueue($1, 'order.updated',
-                jsonb_build_object('n', g, 'note', 'a typical small webhook payload', 'amount', g * 3,
-                                   'created_ms', extract(epoch FROM clock_timestamp()) * 1000),
-                'order', 'agg-' || (g % 1000)))
-           FROM generate_series(1, $2) g",
-    )
-    .bind(tenant)
-    .bind(n)
-    .execute(&env.pool)
-    .await?;
-    Ok(())
+    crate::engine::enqueue(&env.pool, tenant, n as usize).await
 }
 
 fn start_services(

@@ -277,7 +277,7 @@ async fn produce(pool: &PgPool, sink: &Sink, n: usize) -> anyhow::Result<()> {
     }
 }
 
-async fn enqueue(pool: &PgPool, tenant: Uuid, n: usize) -> anyhow::Result<()> {
+pub(crate) async fn enqueue(pool: &PgPool, tenant: Uuid, n: usize) -> anyhow::Result<()> {
     // The real producer path: hookstream.enqueue inside a transaction (one statement).
     sqlx::query(
         "SELECT count(hookstream.enqueue($1, 'order.updated',
