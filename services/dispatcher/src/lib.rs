@@ -70,6 +70,10 @@ pub struct Config {
 pub struct DispatcherSettings {
     /// Events processed at once by this instance (each may fan out to many endpoints).
     pub max_in_flight_events: usize,
+    /// Deliveries (event × endpoint) processed at once by this instance: what bounds memory
+    /// when events fan out widely. An event takes as many as it has endpoints (at most this
+    /// many) before its first attempt, so one event wider than the window still proceeds.
+    pub max_in_flight_deliveries: usize,
     /// Fallback refresh of the subscription snapshot (changes also arrive by NOTIFY).
     pub subscription_refresh_ms: u64,
     /// How long SIGTERM waits for in-flight deliveries before exiting (keep it below the
@@ -88,6 +92,7 @@ impl Default for DispatcherSettings {
     fn default() -> Self {
         Self {
             max_in_flight_events: 1000,
+            max_in_flight_deliveries: 10_000,
             subscription_refresh_ms: 5_000,
             shutdown_grace_ms: 20_000,
             disable_after_failing_ms: 5 * 86_400_000,
@@ -156,6 +161,8 @@ pub(crate) struct Shared {
     /// Since when each endpoint has been failing (ms), as far as this instance knows; absent
     /// means "as the subscription snapshot says".
     failing_since: Mutex<HashMap<Uuid, Option<i64>>>,
+    /// The deliveries window (`max_in_flight_deliveries`), taken per event by its fan-out.
+    deliveries: Arc<Semaphore>,
     settings: DispatcherSettings,
 }
 
@@ -210,6 +217,7 @@ pub async fn run(
         shutdown: shutdown.clone(),
         isolation: Isolation::new(cfg.dispatcher.isolation.clone(), metrics.clone()),
         failing_since: Mutex::new(HashMap::new()),
+        deliveries: Arc::new(Semaphore::new(cfg.dispatcher.max_in_flight_deliveries.max(1))),
         settings: cfg.dispatcher.clone(),
     });
     let evictor = tokio::spawn(evict_idle_guards(shared.clone(), shutdown.clone()));
@@ -438,6 +446,21 @@ async fn process_inner(shared: &Shared, payload: Bytes, origin: SourcePosition) 
         Route::Endpoints(eps) => eps,
     };
     shared.metrics.events.with_label_values(&["routed"]).inc();
+    // Memory follows deliveries in flight, not events: a wide fan-out waits for room.
+    let width = endpoints
+        .len()
+        .min(shared.settings.max_in_flight_deliveries.max(1));
+    let window = shared
+        .deliveries
+        .clone()
+        .acquire_many_owned(u32::try_from(width).unwrap_or(u32::MAX));
+    let _window = tokio::select! {
+        permits = window => match permits {
+            Ok(p) => p,
+            Err(_) => return false, // closed: never, but not worth a panic
+        },
+        _ = shared.shutdown.cancelled() => return false,
+    };
     let deliveries = endpoints
         .iter()
         .map(|ep| attempt(shared, &event, ep, 1, 0, &origin));

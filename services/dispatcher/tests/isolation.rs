@@ -500,3 +500,51 @@ async fn a_410_disables_the_endpoint_at_once_and_the_tenant_is_told() {
     assert_eq!(gone.count(), 1, "no request after the 410");
     token.cancel();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_deliveries_window_bounds_requests_in_flight_under_fan_out() {
+    const WINDOW: usize = 20;
+    let env = TestEnv::new(2).await.unwrap();
+    let tenant = env.tenant("t").await.unwrap();
+    let mut receivers = Vec::new();
+    for _ in 0..10 {
+        // Each request is answered 300 ms after it arrives.
+        let r = Receiver::start(Behaviour::Delay(300)).await;
+        env.endpoint(tenant, &r, &[]).await.unwrap();
+        receivers.push(r);
+    }
+    let mut cfg = config(&env, vec![1_000; 3]);
+    cfg.dispatcher.max_in_flight_events = 1_000; // the events window alone would allow 400
+    cfg.dispatcher.max_in_flight_deliveries = WINDOW;
+    let token = common::start_pipeline(&env, cfg);
+    let events: Vec<NewEvent> = (0..40)
+        .map(|n| NewEvent::new(tenant, "order.created", json!({ "n": n })))
+        .collect();
+    env.publish(&events).await.unwrap();
+    assert!(
+        eventually(Duration::from_secs(60), || async {
+            receivers.iter().all(|r| r.successes() >= events.len())
+        })
+        .await,
+        "every event reaches all ten endpoints"
+    );
+    token.cancel();
+
+    // Requests that arrived within 250 ms of each other were all in flight together at the
+    // end of that span (each is answered 300 ms after arriving).
+    let mut at: Vec<f64> = receivers
+        .iter()
+        .flat_map(|r| r.received())
+        .map(|d| d.received_unix_ms)
+        .collect();
+    at.sort_by(f64::total_cmp);
+    let together = (0..at.len())
+        .map(|i| at[i..].iter().take_while(|&&t| t - at[i] < 250.0).count())
+        .max()
+        .unwrap_or(0);
+    assert_eq!(at.len(), 400, "one request per delivery");
+    assert!(
+        (10..=WINDOW).contains(&together),
+        "{together} requests in flight together; the window is {WINDOW} (one event is 10)"
+    );
+}
