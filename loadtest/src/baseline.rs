@@ -2,7 +2,7 @@
 //! delivery, written by the producer in its transaction, and pollers that claim batches of 50
 //! rows with `SELECT … FOR UPDATE SKIP LOCKED`, POST each row (signed the same way, Standard
 //! Webhooks v1) one after the other, delete it on 2xx or push its `not_before` along the same
-//! retry schedule otherwise, commit, and sleep `--sleep-ms` between polls (0: the tuned
+//! retry schedule otherwise (each POST with the endpoint's timeout), commit, and sleep `--sleep-ms` between polls (0: the tuned
 //! variant, which only pauses 5 ms when a poll found nothing).
 //!
 //! The pollers run in a separate process (`loadtest baseline-worker`), so its CPU and memory
@@ -22,19 +22,28 @@ pub const DDL: &str = "CREATE TABLE loadtest_baseline_queue (
     id bigserial PRIMARY KEY,
     url text NOT NULL,
     secret text NOT NULL,
+    timeout_ms int NOT NULL,
     event_id uuid NOT NULL,
     payload text NOT NULL,
     attempts int NOT NULL DEFAULT 0,
     not_before timestamptz NOT NULL DEFAULT now())";
 
+/// Where a queue row is POSTed: the endpoint's URL, signing secret and request timeout.
+pub struct Target {
+    pub url: String,
+    pub secret: String,
+    pub timeout_ms: i32,
+}
+
 /// `n` events, one queue row per endpoint, in one transaction (the producer's).
-pub async fn enqueue(pool: &PgPool, endpoints: &[(String, String)], n: usize) -> anyhow::Result<()> {
-    let urls: Vec<&str> = endpoints.iter().map(|e| e.0.as_str()).collect();
-    let secrets: Vec<&str> = endpoints.iter().map(|e| e.1.as_str()).collect();
+pub async fn enqueue(pool: &PgPool, endpoints: &[Target], n: usize) -> anyhow::Result<()> {
+    let urls: Vec<&str> = endpoints.iter().map(|e| e.url.as_str()).collect();
+    let secrets: Vec<&str> = endpoints.iter().map(|e| e.secret.as_str()).collect();
+    let timeouts: Vec<i32> = endpoints.iter().map(|e| e.timeout_ms).collect();
     sqlx::query(
-        "INSERT INTO loadtest_baseline_queue (url, secret, event_id, payload)
-         SELECT e.url, e.secret, ev.id, ev.payload
-           FROM unnest($1::text[], $2::text[]) AS e(url, secret)
+        "INSERT INTO loadtest_baseline_queue (url, secret, timeout_ms, event_id, payload)
+         SELECT e.url, e.secret, e.timeout_ms, ev.id, ev.payload
+           FROM unnest($1::text[], $2::text[], $4::int[]) AS e(url, secret, timeout_ms)
            CROSS JOIN (SELECT gen_random_uuid() AS id,
                               jsonb_build_object('n', g, 'note', 'a typical small webhook payload', 'amount', g * 3,
                                                  'created_ms', extract(epoch FROM clock_timestamp()) * 1000)::text AS payload
@@ -43,6 +52,7 @@ pub async fn enqueue(pool: &PgPool, endpoints: &[(String, String)], n: usize) ->
     .bind(&urls)
     .bind(&secrets)
     .bind(i32::try_from(n).context("batch too large")?)
+    .bind(&timeouts)
     .execute(pool)
     .await?;
     Ok(())
@@ -61,9 +71,7 @@ pub async fn worker(database_url: &str, workers: usize, sleep_ms: u64) -> anyhow
         .connect(database_url)
         .await
         .context("connecting to PostgreSQL")?;
-    let client = reqwest::Client::builder()
-        .timeout(Duration::from_secs(10))
-        .build()?;
+    let client = reqwest::Client::builder().build()?;
     let mut tasks = Vec::new();
     for _ in 0..workers.max(1) {
         let (pool, client) = (pool.clone(), client.clone());
@@ -99,7 +107,7 @@ pub async fn worker(database_url: &str, workers: usize, sleep_ms: u64) -> anyhow
 async fn poll(pool: &PgPool, client: &reqwest::Client) -> anyhow::Result<usize> {
     let mut tx = pool.begin().await?;
     let rows = sqlx::query(
-        "SELECT id, url, secret, event_id, payload, attempts FROM loadtest_baseline_queue
+        "SELECT id, url, secret, timeout_ms, event_id, payload, attempts FROM loadtest_baseline_queue
           WHERE not_before <= now() ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED",
     )
     .bind(BATCH)
@@ -113,6 +121,7 @@ async fn poll(pool: &PgPool, client: &reqwest::Client) -> anyhow::Result<usize> 
         let event_id: Uuid = row.try_get("event_id")?;
         let payload: String = row.try_get("payload")?;
         let attempts: i32 = row.try_get("attempts")?;
+        let timeout_ms: i32 = row.try_get("timeout_ms")?;
         let id_text = event_id.to_string();
         let ts = chrono::Utc::now().timestamp();
         let signature = hookstream_signing::signature_header([&secret], &id_text, ts, payload.as_bytes());
@@ -123,6 +132,9 @@ async fn poll(pool: &PgPool, client: &reqwest::Client) -> anyhow::Result<usize> 
             .header("webhook-timestamp", ts.to_string())
             .header("webhook-signature", signature)
             .header("hookstream-attempt", (attempts + 1).to_string())
+            .timeout(Duration::from_millis(
+                u64::try_from(timeout_ms).unwrap_or(1).max(1),
+            ))
             .body(payload)
             .send()
             .await

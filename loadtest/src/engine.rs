@@ -93,7 +93,8 @@ impl Class {
 pub enum Load {
     /// All events committed before the services start (throughput from a backlog).
     Backlog,
-    /// This many events per second, in transactions every 10 ms.
+    /// This many events per second: every 10 ms the events due go as one transaction to one of
+    /// `PRODUCERS` connections.
     Rate(usize),
 }
 
@@ -132,6 +133,7 @@ struct Endpoint {
     class: usize,
     addr: SocketAddr,
     secret: String,
+    timeout_ms: i32,
     receiver: Option<Receiver>,
 }
 
@@ -248,6 +250,8 @@ pub struct Outcome {
     pub processes: Vec<(String, Usage)>,
     pub kills: Vec<serde_json::Value>,
     pub drained: bool,
+    /// A rate-driven run: seconds from the first commit to the last (the producers finished).
+    pub production_s: Option<f64>,
 }
 
 fn unix_ms() -> f64 {
@@ -267,7 +271,7 @@ async fn vacant_addr() -> anyhow::Result<SocketAddr> {
 #[derive(Clone)]
 enum Sink {
     Outbox(Uuid),
-    Queue(Arc<Vec<(String, String)>>),
+    Queue(Arc<Vec<crate::baseline::Target>>),
 }
 
 async fn produce(pool: &PgPool, sink: &Sink, n: usize) -> anyhow::Result<()> {
@@ -275,6 +279,54 @@ async fn produce(pool: &PgPool, sink: &Sink, n: usize) -> anyhow::Result<()> {
         Sink::Outbox(tenant) => enqueue(pool, *tenant, n).await,
         Sink::Queue(endpoints) => crate::baseline::enqueue(pool, endpoints, n).await,
     }
+}
+
+/// Producers committing at once in a rate-driven run, as several producer services would.
+const PRODUCERS: usize = 4;
+
+/// Commits `events` at `rate` per second: every 10 ms the events due by then (exactly, not
+/// rounded per tick) go as one transaction to the next free of `PRODUCERS` connections.
+async fn produce_at_rate(
+    pool: PgPool,
+    sink: Sink,
+    rate: usize,
+    events: usize,
+    committed: Arc<AtomicUsize>,
+) -> anyhow::Result<f64> {
+    let (tx, rx) = tokio::sync::mpsc::channel::<usize>(PRODUCERS * 4);
+    let rx = Arc::new(tokio::sync::Mutex::new(rx));
+    let mut workers = tokio::task::JoinSet::new();
+    for _ in 0..PRODUCERS {
+        let (pool, sink, rx, committed) = (pool.clone(), sink.clone(), rx.clone(), committed.clone());
+        workers.spawn(async move {
+            loop {
+                let Some(n) = rx.lock().await.recv().await else {
+                    return anyhow::Ok(());
+                };
+                produce(&pool, &sink, n).await?;
+                committed.fetch_add(n, Ordering::Relaxed);
+            }
+        });
+    }
+    let start = Instant::now();
+    let mut tick = tokio::time::interval(Duration::from_millis(10));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let mut scheduled = 0;
+    while scheduled < events {
+        tick.tick().await;
+        let due = ((start.elapsed().as_secs_f64() * rate as f64) as usize).min(events);
+        while due > scheduled {
+            // Waits when every producer is busy: the achieved rate then falls behind.
+            let n = (due - scheduled).min(2_000);
+            tx.send(n).await?;
+            scheduled += n;
+        }
+    }
+    drop(tx);
+    while let Some(r) = workers.join_next().await {
+        r??;
+    }
+    Ok(start.elapsed().as_secs_f64())
 }
 
 pub(crate) async fn enqueue(pool: &PgPool, tenant: Uuid, n: usize) -> anyhow::Result<()> {
@@ -386,7 +438,7 @@ pub async fn run(plan: &Plan) -> anyhow::Result<Outcome> {
                 }
                 Kind::Down | Kind::DownThenUp(_) => (vacant_addr().await?, None),
             };
-            let (_, secret) = endpoints::create(
+            let (created, secret) = endpoints::create(
                 &env.pool,
                 &sealer,
                 NewEndpoint {
@@ -407,6 +459,7 @@ pub async fn run(plan: &Plan) -> anyhow::Result<Outcome> {
                 class: ci,
                 addr,
                 secret,
+                timeout_ms: created.timeout_ms,
                 receiver,
             });
         }
@@ -419,7 +472,11 @@ pub async fn run(plan: &Plan) -> anyhow::Result<Outcome> {
             Sink::Queue(Arc::new(
                 fleet
                     .iter()
-                    .map(|e| (format!("http://{}/hook", e.addr), e.secret.clone()))
+                    .map(|e| crate::baseline::Target {
+                        url: format!("http://{}/hook", e.addr),
+                        secret: e.secret.clone(),
+                        timeout_ms: e.timeout_ms,
+                    })
                     .collect(),
             ))
         }
@@ -456,24 +513,13 @@ pub async fn run(plan: &Plan) -> anyhow::Result<Outcome> {
     let started_ms = unix_ms();
     let producer = match plan.load {
         Load::Backlog => None,
-        Load::Rate(rate) => {
-            let (pool, events, committed, sink) =
-                (env.pool.clone(), plan.events, committed.clone(), sink.clone());
-            Some(tokio::spawn(async move {
-                let per_tick = (rate / 100).max(1);
-                let mut tick = tokio::time::interval(Duration::from_millis(10));
-                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
-                let mut sent = 0;
-                while sent < events {
-                    tick.tick().await;
-                    let n = per_tick.min(events - sent);
-                    produce(&pool, &sink, n).await?;
-                    sent += n;
-                    committed.store(sent, Ordering::Relaxed);
-                }
-                anyhow::Ok(())
-            }))
-        }
+        Load::Rate(rate) => Some(tokio::spawn(produce_at_rate(
+            env.pool.clone(),
+            sink.clone(),
+            rate,
+            plan.events,
+            committed.clone(),
+        ))),
     };
     let stop_lag = Arc::new(AtomicBool::new(false));
     let (lag, lag_thread) = match plan.system {
@@ -498,9 +544,10 @@ pub async fn run(plan: &Plan) -> anyhow::Result<Outcome> {
         let _ = tokio::task::spawn_blocking(move || t.join()).await;
     }
     let (timeline, kills, drained, recovered) = result?;
+    let mut production_s = None;
     if let Some(p) = producer {
         match p.await {
-            Ok(r) => r?,
+            Ok(r) => production_s = Some(r?),
             Err(e) if e.is_cancelled() => {}
             Err(e) => return Err(e.into()),
         }
@@ -525,6 +572,7 @@ pub async fn run(plan: &Plan) -> anyhow::Result<Outcome> {
         processes,
         kills,
         drained,
+        production_s,
     })
 }
 

@@ -7,14 +7,13 @@
 //!
 //! Scenarios: `steady`, `max`, `fanout`, `fleet`, `noisy-neighbour`, `outage-recovery`,
 //! `crash` (the engine: receiver fleet, services as child processes, `report.json` with a
-//! common contract and `report.html`), `relay` (outbox → Kafka only) and `dispatch` (the
-//! original outbox → receivers figures). Each run uses a fresh database and fresh topics, so
-//! runs do not disturb each other or the `make up` stack.
+//! common contract, `report.html` and its charts as SVG files in `charts/`), and `relay`
+//! (outbox → Kafka only). Each run uses a fresh database and fresh topics, so runs do not
+//! disturb each other or the `make up` stack.
 
 #![forbid(unsafe_code)]
 
 mod baseline;
-mod dispatch;
 mod engine;
 mod html;
 mod procstat;
@@ -39,15 +38,14 @@ enum Command {
     Run(RunArgs),
 }
 
-#[derive(Clone, Copy, ValueEnum)]
+#[derive(Clone, Copy, Debug, ValueEnum)]
 enum Scenario {
     /// Outbox → Kafka only: drain throughput with 1 and 2 relays, and commit → Kafka latency at a fixed rate.
     Relay,
-    /// Outbox → receivers: delivery throughput at a fan-out of `--endpoints`, and latency at `--rate`.
-    Dispatch,
     /// `--events` at `--rate` events/s to `--endpoints` fast receivers: latency.
     Steady,
-    /// A backlog of `--events` drained to `--endpoints` fast receivers: throughput.
+    /// A backlog of `--events` drained to `--endpoints` fast receivers (the ceiling), then
+    /// rate steps of `--seconds` each up to it: the highest sustainable rate.
     Max,
     /// A backlog of `--events` to 10, then to 50 fast receivers.
     Fanout,
@@ -65,7 +63,6 @@ impl Scenario {
     fn name(self) -> &'static str {
         match self {
             Self::Relay => "relay",
-            Self::Dispatch => "dispatch",
             Self::Steady => "steady",
             Self::Max => "max",
             Self::Fanout => "fanout",
@@ -77,7 +74,15 @@ impl Scenario {
     }
 }
 
-#[derive(clap::Args)]
+/// The naive design `--baseline` runs: with its 500 ms sleep between polls, or without.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum BaselineVariant {
+    #[value(name = "polling-500ms")]
+    Polling500ms,
+    PollingTuned,
+}
+
+#[derive(Clone, clap::Args)]
 pub struct RunArgs {
     #[arg(value_enum)]
     scenario: Scenario,
@@ -87,10 +92,10 @@ pub struct RunArgs {
     /// Events per second for the latency phase.
     #[arg(long, default_value_t = 2_000)]
     pub rate: usize,
-    /// Seconds of the latency phase.
-    #[arg(long, default_value_t = 30)]
+    /// relay: seconds of the latency phase; max: seconds of each rate step.
+    #[arg(long, default_value_t = 10)]
     pub seconds: u64,
-    /// Endpoints subscribed to every event (fan-out) in the dispatch scenario.
+    /// Endpoints subscribed to every event (fan-out) in steady, max, outage-recovery and crash.
     #[arg(long, default_value_t = 1)]
     pub endpoints: usize,
     /// The dispatcher's `max_in_flight_events` (events in flight; deliveries are this × fan-out).
@@ -110,18 +115,30 @@ pub struct RunArgs {
     /// outage-recovery: the recovering endpoint's rate limit (requests/s).
     #[arg(long, default_value_t = 100)]
     pub outage_rate_limit: i32,
-    /// crash: seed of the kill schedule (which process, when).
+    /// crash: seed of the kill schedule (which process, when); run i of `--runs` uses seed + i.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// crash: seconds between kills, drawn from MIN..=MAX.
     #[arg(long, value_parser = parse_range, default_value = "3..8")]
     pub kill_every_s: (f64, f64),
-    /// steady, max: also run the naive polling design against the same receivers.
+    /// Also run the scenario's plans with the naive polling design, against the same receivers.
     #[arg(long)]
     pub baseline: bool,
+    /// Which variants of the baseline run (comma-separated).
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "polling-500ms,polling-tuned"
+    )]
+    pub baseline_variants: Vec<BaselineVariant>,
     /// Concurrent pollers of the baseline (one process).
     #[arg(long, default_value_t = 4)]
     pub baseline_workers: usize,
+    /// Seconds a baseline run may take to drain after its last commit (it is then reported
+    /// as it stands, `drained: false`).
+    #[arg(long, default_value_t = 60)]
+    pub baseline_deadline_s: u64,
     /// Repeat the scenario and report the medians.
     #[arg(long, default_value_t = 1)]
     pub runs: usize,
@@ -140,7 +157,6 @@ fn parse_range(s: &str) -> Result<(f64, f64), String> {
 async fn run_once(args: &RunArgs) -> anyhow::Result<(serde_json::Value, Vec<engine::Outcome>)> {
     let measured = match args.scenario {
         Scenario::Relay => return Ok((relay::run(args).await?, Vec::new())),
-        Scenario::Dispatch => return Ok((dispatch::run(args).await?, Vec::new())),
         Scenario::Steady => scenarios::steady(args).await?,
         Scenario::Max => scenarios::max(args).await?,
         Scenario::Fanout => scenarios::fanout(args).await?,
@@ -174,7 +190,7 @@ async fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Run(args) => {
             std::fs::create_dir_all(&args.out)?;
-            if !matches!(args.scenario, Scenario::Relay | Scenario::Dispatch) {
+            if !matches!(args.scenario, Scenario::Relay) {
                 relay::prepare()?;
             }
             let mut reports = Vec::new();
@@ -183,7 +199,10 @@ async fn main() -> anyhow::Result<()> {
                 if args.runs > 1 {
                     eprintln!("=== {} run {} of {}", args.scenario.name(), i + 1, args.runs);
                 }
-                let (r, p) = run_once(&args).await?;
+                // Each run of `crash` draws its own kill schedule (seed, seed + 1, …).
+                let mut this = args.clone();
+                this.seed = args.seed + i as u64;
+                let (r, p) = run_once(&this).await?;
                 reports.push(r);
                 phases = p; // the page shows the last run's phases
             }
@@ -195,8 +214,14 @@ async fn main() -> anyhow::Result<()> {
             let path = args.out.join("report.json");
             std::fs::write(&path, serde_json::to_string_pretty(&report)?)?;
             let refs: Vec<&engine::Outcome> = phases.iter().collect();
+            let charts = html::charts(&refs);
+            let dir = args.out.join("charts");
+            std::fs::create_dir_all(&dir)?;
+            for c in &charts {
+                std::fs::write(dir.join(format!("{}.svg", c.name)), &c.svg)?;
+            }
             let page = args.out.join("report.html");
-            std::fs::write(&page, html::render(&report, &refs))?;
+            std::fs::write(&page, html::render(&report, &charts))?;
             println!("{}", serde_json::to_string_pretty(&report)?);
             eprintln!("report written to {} and {}", path.display(), page.display());
         }

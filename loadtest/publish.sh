@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Runs every published scenario three times (each report holds the medians) and copies the
+# charts docs/benchmarks.md shows into docs/benchmarks/. Uses the local stack (started if
+# needed; HOOKSTREAM_PG_PORT / HOOKSTREAM_KAFKA_PORT pick another one). Needs the machine to
+# itself: anything else running shows in the figures.
+#
+#   loadtest/publish.sh                 # every scenario (about 50 minutes on 2 cores)
+#   loadtest/publish.sh steady crash    # some of them
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+OUT="${OUT:-loadtest/out}"
+DOCS=docs/benchmarks
+RUNS="${RUNS:-3}"
+
+# name | arguments: the one command that reproduces each (docs/benchmarks.md quotes them).
+SCENARIOS=(
+  "relay|relay --events 200000 --rate 2000 --seconds 30 --relays 2"
+  "steady|steady --events 20000 --rate 1000 --endpoints 1 --baseline"
+  "max|max --events 50000 --seconds 10 --endpoints 1 --baseline"
+  "fanout|fanout --events 5000 --baseline --baseline-variants polling-tuned"
+  "noisy-neighbour|noisy-neighbour --events 10000 --rate 500 --baseline --baseline-variants polling-tuned"
+  "outage-recovery|outage-recovery --events 7000 --rate 100 --endpoints 1 --outage-s 60 --outage-rate-limit 200 --baseline --baseline-variants polling-tuned"
+  "crash|crash --events 20000 --rate 500 --endpoints 1 --seed 7 --baseline --baseline-variants polling-tuned"
+  "fleet|fleet --events 5000 --rate 250"
+)
+
+cargo build --release -q -p loadtest
+mkdir -p "$OUT" "$DOCS"
+for entry in "${SCENARIOS[@]}"; do
+  name="${entry%%|*}"
+  args="${entry#*|}"
+  if [[ $# -gt 0 && " $* " != *" $name "* ]]; then
+    continue
+  fi
+  echo "== $(date -u +%H:%M:%S) $name: loadtest run $args --runs $RUNS"
+  # shellcheck disable=SC2086 # the arguments are words
+  target/release/loadtest run $args --runs "$RUNS" --out "$OUT/$name" >"$OUT/$name.json" 2>"$OUT/$name.log" || {
+    tail -n 30 "$OUT/$name.log" >&2
+    exit 1
+  }
+  # Charts of the last run: the overlays of every phase (all-*) and Hookstream's backlog and
+  # lag; a single-phase scenario's own charts.
+  rm -f "$DOCS/$name"-*.svg
+  overlays=$(compgen -G "$OUT/$name/charts/all-*.svg" || true)
+  for svg in "$OUT/$name"/charts/*.svg; do
+    [[ -e "$svg" ]] || continue
+    base="$(basename "$svg")"
+    case "$base" in
+      all-*) ;;
+      *baseline*) continue ;;
+      *-backlog.svg) ;;
+      *) [[ -z "$overlays" ]] || continue ;;
+    esac
+    cp "$svg" "$DOCS/$name-$base"
+  done
+done
+echo "== $(date -u +%H:%M:%S) done: reports in $OUT/*/report.json, charts in $DOCS/"
