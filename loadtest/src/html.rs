@@ -371,6 +371,17 @@ fn summary(report: &serde_json::Value) -> String {
     html
 }
 
+const JSON_START: &str = "<h2>report.json</h2><pre>";
+
+/// `page` with its JSON section replaced by `report`'s.
+pub fn with_json(page: &str, report: &serde_json::Value) -> String {
+    let head = page.split(JSON_START).next().unwrap_or(page);
+    format!(
+        "{head}{JSON_START}{}</pre></body></html>",
+        escape(&serde_json::to_string_pretty(report).unwrap_or_default())
+    )
+}
+
 pub fn render(report: &serde_json::Value, charts: &[Chart]) -> String {
     let title = format!(
         "Hookstream load test: {}",
@@ -388,12 +399,7 @@ pub fn render(report: &serde_json::Value, charts: &[Chart]) -> String {
     for c in charts {
         let _ = write!(html, "<h3>{}</h3>{}", escape(&c.title), c.svg);
     }
-    let _ = write!(
-        html,
-        "<h2>report.json</h2><pre>{}</pre></body></html>",
-        escape(&serde_json::to_string_pretty(report).unwrap_or_default())
-    );
-    html
+    with_json(&html, report)
 }
 
 #[cfg(test)]

@@ -36,6 +36,12 @@ struct Cli {
 enum Command {
     /// Run one scenario.
     Run(RunArgs),
+    /// Recompute the medians of a report's runs (after a change to how they merge) and
+    /// rewrite DIR/report.json and the JSON in DIR/report.html.
+    Remerge {
+        /// A run's `--out` directory.
+        dir: PathBuf,
+    },
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -224,6 +230,20 @@ async fn main() -> anyhow::Result<()> {
             std::fs::write(&page, html::render(&report, &charts))?;
             println!("{}", serde_json::to_string_pretty(&report)?);
             eprintln!("report written to {} and {}", path.display(), page.display());
+        }
+        Command::Remerge { dir } => {
+            let path = dir.join("report.json");
+            let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path)?)?;
+            let Some(runs) = report.get("runs").and_then(|r| r.as_array()).cloned() else {
+                anyhow::bail!("{} has no runs to merge", path.display());
+            };
+            let report = report::medians(runs);
+            std::fs::write(&path, serde_json::to_string_pretty(&report)?)?;
+            let page = dir.join("report.html");
+            if let Ok(old) = std::fs::read_to_string(&page) {
+                std::fs::write(&page, html::with_json(&old, &report))?;
+            }
+            eprintln!("{} rewritten", path.display());
         }
     }
     Ok(())

@@ -195,12 +195,13 @@ async fn steady(rate: usize, seconds: u64, out: &Path) -> anyhow::Result<serde_j
     let mut vars = service_env(&env);
     vars.push(("HOOKSTREAM_TELEMETRY__LISTEN".into(), admin.into()));
     let relay = ServiceProcess::spawn(&relay_bin(), &vars, &out.join("relay-steady.log"))?;
-    tokio::time::sleep(Duration::from_secs(2)).await;
-
     let expected = rate * seconds as usize;
     let consumer_env = (env.kafka.clone(), env.partitions);
     let consumer =
         tokio::task::spawn_blocking(move || consume_latencies(consumer_env.0, consumer_env.1, expected));
+    // The relay and the measuring consumer both settle (connections, metadata, first fetch)
+    // before the first row: otherwise the first rows wait for the consumer's start-up.
+    tokio::time::sleep(Duration::from_secs(3)).await;
 
     eprintln!("[relay] latency phase: {rate} rows/s for {seconds} s");
     let per_tick = (rate / 100).max(1);

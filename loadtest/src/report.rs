@@ -61,7 +61,10 @@ pub fn scrape(addr: &str) -> std::io::Result<String> {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(addr)?;
     s.set_read_timeout(Some(std::time::Duration::from_secs(5)))?;
-    write!(s, "GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n")?;
+    write!(
+        s,
+        "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )?;
     let mut out = String::new();
     s.read_to_string(&mut out)?;
     Ok(out)
@@ -139,6 +142,22 @@ pub fn medians(reports: Vec<serde_json::Value>) -> serde_json::Value {
                 }
                 serde_json::Value::Object(out)
             }
+            // Lists of the same length (e.g. one entry per relay count) merge entry by entry;
+            // lists whose length varies between runs (a ladder that stopped earlier) come
+            // from the first run.
+            serde_json::Value::Array(items)
+                if values
+                    .iter()
+                    .all(|v| v.as_array().is_some_and(|a| a.len() == items.len())) =>
+            {
+                let merged = (0..items.len())
+                    .map(|i| {
+                        let column: Vec<&serde_json::Value> = values.iter().map(|v| &v[i]).collect();
+                        merge(&column)
+                    })
+                    .collect();
+                serde_json::Value::Array(merged)
+            }
             other => other.clone(),
         }
     }
@@ -169,6 +188,18 @@ mod tests {
         ];
         let m = medians(runs);
         assert_eq!(m["delivered"], 20.0);
+        let lists = medians(vec![
+            serde_json::json!({"t": [{"n": 1}, {"n": 5}], "ladder": [1]}),
+            serde_json::json!({"t": [{"n": 3}, {"n": 4}], "ladder": [2, 3]}),
+            serde_json::json!({"t": [{"n": 2}, {"n": 6}], "ladder": [4]}),
+        ]);
+        assert_eq!(lists["t"][0]["n"], 2.0);
+        assert_eq!(lists["t"][1]["n"], 5.0);
+        assert_eq!(
+            lists["ladder"],
+            serde_json::json!([1]),
+            "lengths differ: the first run's"
+        );
         assert_eq!(m["latency_ms"]["p99"], 2.0);
         assert_eq!(m["scenario"], "max");
         assert_eq!(m["runs"].as_array().map(Vec::len), Some(3));

@@ -127,6 +127,7 @@ async fn baseline(
                 "lost": c["lost"],
                 "drained": c["drained"],
                 "duplicates": c["duplicates"],
+                "early_retries": c["early_retries"],
                 "invalid_signatures": c["invalid_signatures"],
                 "duration_s": c["duration_s"],
                 "throughput_per_s": c["throughput_per_s"],
@@ -270,6 +271,12 @@ pub async fn fleet(args: &RunArgs) -> anyhow::Result<Measured> {
     let classes = vec![
         fast(1),
         Class::new("slow_50ms", Kind::Http(Behaviour::Delay(50)), 1, true),
+        Class::new(
+            "slow_10_to_500ms",
+            Kind::Http(Behaviour::DelaySpread(10, 500)),
+            1,
+            true,
+        ),
         Class::new("flaky_20pct", Kind::Http(Behaviour::Flaky(20)), 1, true),
         Class::new(
             "throttle_429_20pct",

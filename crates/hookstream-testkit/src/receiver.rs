@@ -21,6 +21,9 @@ pub enum Behaviour {
     Status(u16),
     /// 204 after a delay (milliseconds).
     Delay(u64),
+    /// 204 after a delay spread evenly over `lo..=hi` milliseconds (deterministic, like
+    /// `Flaky`: any 100 consecutive requests cover the range).
+    DelaySpread(u64, u64),
     /// 302 to this location (which must not be followed).
     Redirect(&'static str),
     /// The first `n` requests get `status`, later ones 204.
@@ -41,6 +44,13 @@ pub enum Behaviour {
 /// spread (a multiplicative walk over 0..100), so any 100 consecutive requests hold `percent`.
 fn in_failing_share(nth: usize, percent: u8) -> bool {
     ((nth.wrapping_mul(37)) % 100) < usize::from(percent.min(100))
+}
+
+/// The delay of the `nth` request (1-based) of `DelaySpread(lo, hi)`: the same walk over
+/// 0..100 as `in_failing_share`, scaled onto `lo..=hi`.
+fn spread_delay(nth: usize, lo: u64, hi: u64) -> u64 {
+    let step = (nth.wrapping_mul(37) % 100) as u64;
+    lo + hi.saturating_sub(lo) * step / 99
 }
 
 /// One delivery as the receiver saw it.
@@ -163,11 +173,11 @@ async fn handle(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Bytes
         .map(|wh| wh.verify(&body, &headers).is_ok())
         .unwrap_or(false);
     let behaviour = *inner.behaviour.lock().unwrap();
-    let (status, retry_after) = {
+    let (status, retry_after, nth) = {
         let mut received = inner.received.lock().unwrap();
         let nth = received.len() + 1; // this request's 1-based position
         let (status, retry_after) = match behaviour {
-            Behaviour::Ok | Behaviour::Delay(_) => (204, None),
+            Behaviour::Ok | Behaviour::Delay(_) | Behaviour::DelaySpread(..) => (204, None),
             Behaviour::FailTimes(n, status) if nth <= n => (status, None),
             Behaviour::FailTimes(..) => (204, None),
             Behaviour::RetryAfter(secs) if nth == 1 => (503, Some(secs)),
@@ -195,7 +205,7 @@ async fn handle(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Bytes
                 .unwrap_or(0.0),
             status,
         });
-        (status, retry_after)
+        (status, retry_after, nth)
     };
     if (200..300).contains(&status) {
         inner.successes.fetch_add(1, Ordering::Relaxed);
@@ -204,6 +214,10 @@ async fn handle(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Bytes
     match behaviour {
         Behaviour::Delay(ms) => {
             tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+            code.into_response()
+        }
+        Behaviour::DelaySpread(lo, hi) => {
+            tokio::time::sleep(std::time::Duration::from_millis(spread_delay(nth, lo, hi))).await;
             code.into_response()
         }
         Behaviour::Redirect(to) => (code, [("location", to)]).into_response(),
@@ -220,7 +234,15 @@ async fn handle(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Bytes
 
 #[cfg(test)]
 mod tests {
-    use super::in_failing_share;
+    use super::{in_failing_share, spread_delay};
+
+    #[test]
+    fn spread_delays_cover_the_range() {
+        let mut d: Vec<u64> = (1..=100).map(|n| spread_delay(n, 10, 200)).collect();
+        d.sort_unstable();
+        assert_eq!((d[0], d[99]), (10, 200));
+        assert!((100..=110).contains(&d[50]), "median {}", d[50]);
+    }
 
     #[test]
     fn failing_share_is_even() {
