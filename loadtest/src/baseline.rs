@@ -1,9 +1,9 @@
 //! The naive design `--baseline` compares with: a PostgreSQL queue table with one row per
 //! delivery, written by the producer in its transaction, and pollers that claim batches of 50
 //! rows with `SELECT … FOR UPDATE SKIP LOCKED`, POST each row (signed the same way, Standard
-//! Webhooks v1) one after the other, delete it on 2xx or push its `not_before` along the same
-//! retry schedule otherwise (each POST with the endpoint's timeout), commit, and sleep `--sleep-ms` between polls (0: the tuned
-//! variant, which only pauses 5 ms when a poll found nothing).
+//! Webhooks v1, with the endpoint's timeout) one after the other, delete it on 2xx or push its
+//! `not_before` along the same retry schedule otherwise, commit, and sleep `--sleep-ms`
+//! between polls (0: the tuned variant, which only pauses 5 ms when a poll found nothing).
 //!
 //! The pollers run in a separate process (`loadtest baseline-worker`), so its CPU and memory
 //! are measured like the services'.

@@ -22,7 +22,7 @@ use serde_json::json;
 use uuid::Uuid;
 
 use crate::procstat;
-use crate::relay::release_bin;
+use crate::relay::service_bin;
 use crate::report::Latency;
 
 /// The compressed retry schedule every engine run uses (ms before attempt 2, 3, …; 150 s in
@@ -583,13 +583,13 @@ fn start_services(plan: &Plan, env: &TestEnv, services: &mut Vec<Service>) -> an
         System::Hookstream => {
             services.push(Service::start(
                 "relay",
-                release_bin("outbox-relay"),
+                service_bin("outbox-relay"),
                 service_env(env),
                 out.join(format!("{label}-relay.log")),
             )?);
             services.push(Service::start(
                 "dispatcher",
-                release_bin("dispatcher"),
+                service_bin("dispatcher"),
                 dispatcher_vars(env, plan.max_in_flight_events),
                 out.join(format!("{label}-dispatcher.log")),
             )?);

@@ -26,6 +26,11 @@ fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
+/// Set to a directory holding `outbox-relay` and `dispatcher` to run those builds instead of
+/// building and running the release builds (the harness's own test runs the debug builds
+/// `cargo test --workspace` made).
+pub const SERVICES_DIR_VAR: &str = "LOADTEST_SERVICES_DIR";
+
 /// Starts PostgreSQL and Kafka if needed and builds the release binaries.
 pub fn prepare() -> anyhow::Result<()> {
     let root = repo_root();
@@ -34,19 +39,21 @@ pub fn prepare() -> anyhow::Result<()> {
         .arg("start")
         .status()?;
     anyhow::ensure!(ok.success(), "could not start PostgreSQL and Kafka");
-    let ok = std::process::Command::new("cargo")
-        .args([
-            "build",
-            "--release",
-            "--quiet",
-            "-p",
-            "outbox-relay",
-            "-p",
-            "dispatcher",
-        ])
-        .current_dir(&root)
-        .status()?;
-    anyhow::ensure!(ok.success(), "cargo build --release failed");
+    if std::env::var_os(SERVICES_DIR_VAR).is_none() {
+        let ok = std::process::Command::new("cargo")
+            .args([
+                "build",
+                "--release",
+                "--quiet",
+                "-p",
+                "outbox-relay",
+                "-p",
+                "dispatcher",
+            ])
+            .current_dir(&root)
+            .status()?;
+        anyhow::ensure!(ok.success(), "cargo build --release failed");
+    }
     // The stack the scripts started (their HOOKSTREAM_PG_PORT / HOOKSTREAM_KAFKA_PORT).
     let port = |var: &str, default: &str| std::env::var(var).unwrap_or_else(|_| default.into());
     if std::env::var("HOOKSTREAM_TEST_DATABASE_URL").is_err() {
@@ -63,13 +70,16 @@ pub fn prepare() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A release binary of the workspace.
-pub fn release_bin(name: &str) -> PathBuf {
-    repo_root().join("target/release").join(name)
+/// A service binary of the workspace: the release build, or the one in `LOADTEST_SERVICES_DIR`.
+pub fn service_bin(name: &str) -> PathBuf {
+    match std::env::var_os(SERVICES_DIR_VAR) {
+        Some(dir) => PathBuf::from(dir).join(name),
+        None => repo_root().join("target/release").join(name),
+    }
 }
 
 fn relay_bin() -> PathBuf {
-    release_bin("outbox-relay")
+    service_bin("outbox-relay")
 }
 
 pub async fn run(args: &RunArgs) -> anyhow::Result<serde_json::Value> {

@@ -1,0 +1,98 @@
+//! The harness end to end, small: `loadtest run steady --baseline` against the real stack
+//! (PostgreSQL and Kafka from `make test`), with the services `cargo test --workspace` built
+//! (debug), and the report it writes.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+/// The directory of this test's `loadtest` binary, where `cargo test --workspace` also puts
+/// `dispatcher` and `outbox-relay`.
+fn services_dir() -> PathBuf {
+    let exe = PathBuf::from(env!("CARGO_BIN_EXE_loadtest"));
+    exe.parent().expect("the binary has a directory").to_path_buf()
+}
+
+#[test]
+fn steady_beside_the_baseline_delivers_everything_and_writes_the_report() {
+    let dir = services_dir();
+    for bin in ["dispatcher", "outbox-relay"] {
+        assert!(
+            dir.join(bin).exists(),
+            "{} is missing: run through `cargo test --workspace` (make test), which builds it",
+            dir.join(bin).display()
+        );
+    }
+    let out = std::env::temp_dir().join(format!("loadtest-{}", uuid::Uuid::new_v4().simple()));
+    let status = Command::new(env!("CARGO_BIN_EXE_loadtest"))
+        .args([
+            "run",
+            "steady",
+            "--events",
+            "300",
+            "--rate",
+            "150",
+            "--baseline",
+            "--baseline-variants",
+            "polling-tuned",
+            "--baseline-deadline-s",
+            "30",
+            "--deadline-s",
+            "60",
+            "--out",
+        ])
+        .arg(&out)
+        .env("LOADTEST_SERVICES_DIR", &dir)
+        .stdout(std::process::Stdio::null())
+        .status()
+        .expect("loadtest runs");
+    assert!(status.success(), "loadtest run steady failed");
+
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).expect("report.json"))
+            .expect("report.json is JSON");
+    for key in [
+        "scenario",
+        "events",
+        "expected_deliveries",
+        "delivered",
+        "lost",
+        "duplicates",
+        "early_retries",
+        "invalid_signatures",
+        "duration_s",
+        "throughput_per_s",
+        "latency_ms",
+        "per_class",
+        "processes",
+        "baseline",
+    ] {
+        assert!(report.get(key).is_some(), "report.json has {key}");
+    }
+    assert_eq!(report["scenario"], "steady");
+    assert_eq!(report["expected_deliveries"], 300);
+    assert_eq!(report["delivered"], 300, "every event delivered: {report}");
+    assert_eq!(report["lost"], 0);
+    assert_eq!(report["invalid_signatures"], 0);
+    assert_eq!(report["early_retries"], 0);
+    assert!(report["latency_ms"]["p99"].as_f64().unwrap_or(0.0) > 0.0);
+    assert!(report["processes"]["dispatcher"]["cpu_s"].as_f64().unwrap_or(0.0) > 0.0);
+    let tuned = &report["baseline"]["polling_tuned"];
+    assert_eq!(
+        tuned["delivered"], 300,
+        "the baseline delivered everything: {tuned}"
+    );
+    assert_eq!(tuned["invalid_signatures"], 0);
+    assert!(tuned["hookstream_over_baseline"]["throughput_per_s"]
+        .as_f64()
+        .is_some());
+
+    let page = std::fs::read_to_string(out.join("report.html")).expect("report.html");
+    assert!(page.contains("<svg") && page.contains("baseline, polling_tuned"));
+    for chart in ["all-throughput", "all-latency", "steady-backlog"] {
+        assert!(
+            out.join("charts").join(format!("{chart}.svg")).exists(),
+            "chart {chart}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&out);
+}
