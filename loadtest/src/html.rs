@@ -15,7 +15,10 @@ const PALETTE: [&str; 8] = [
 ];
 
 fn escape(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
 }
 
 /// (x, y) points of a line.
@@ -32,7 +35,7 @@ pub struct Chart {
 }
 
 fn num(v: f64) -> String {
-    if v >= 100.0 || (v >= 1.0 && v.fract() == 0.0) {
+    if v >= 100.0 || v.fract() == 0.0 {
         format!("{v:.0}")
     } else if v >= 1.0 {
         format!("{v:.1}")
@@ -397,7 +400,8 @@ pub fn render(report: &serde_json::Value, charts: &[Chart]) -> String {
     );
     html += &summary(report);
     for c in charts {
-        let _ = write!(html, "<h3>{}</h3>{}", escape(&c.title), c.svg);
+        // The chart draws its own title; the figure names it for readers and tools.
+        let _ = write!(html, "<figure title=\"{}\">{}</figure>", escape(&c.title), c.svg);
     }
     with_json(&html, report)
 }
