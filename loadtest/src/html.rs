@@ -22,7 +22,7 @@ fn escape(s: &str) -> String {
 }
 
 /// (x, y) points of a line.
-type Points = Vec<(f64, f64)>;
+pub type Points = Vec<(f64, f64)>;
 /// (name, colour, points).
 type Series<'a> = (String, &'a str, Points);
 
@@ -193,14 +193,18 @@ fn rates(o: &Outcome) -> (Points, Points) {
 /// The latency CDF as a fraction of the deliveries expected (so what never arrived keeps the
 /// curve below 1), at most ~400 points.
 fn cdf(o: &Outcome) -> Points {
-    let mut samples = engine::latency_samples(o);
-    samples.sort_by(f64::total_cmp);
     let expected: usize = o
         .classes
         .iter()
         .filter(|c| c.expects_delivery)
         .map(|c| c.endpoints * o.events)
         .sum();
+    cdf_of(engine::latency_samples(o), expected)
+}
+
+/// The CDF of latency samples (ms) as a fraction of `expected`, at most ~400 points.
+pub fn cdf_of(mut samples: Vec<f64>, expected: usize) -> Points {
+    samples.sort_by(f64::total_cmp);
     let n = samples.len();
     let of = expected.max(n).max(1) as f64;
     let step = (n / 400).max(1);
@@ -210,6 +214,34 @@ fn cdf(o: &Outcome) -> Points {
         .filter(|(i, _)| i % step == 0 || *i + 1 == n)
         .map(|(i, &ms)| (ms, (i + 1) as f64 / of))
         .collect()
+}
+
+/// A latency CDF chart (log scale) of one or more named sample sets.
+pub fn latency_chart(name: &str, title: &str, series: Vec<(String, Points)>) -> Chart {
+    let series: Vec<Series> = series
+        .into_iter()
+        .enumerate()
+        .map(|(i, (label, points))| (label, PALETTE[i % PALETTE.len()], points))
+        .collect();
+    chart(
+        name.into(),
+        title.into(),
+        svg(title, "ms", "fraction of expected", &series, true, Some(1.0)),
+    )
+}
+
+/// A line chart over time of one or more named series.
+pub fn time_chart(name: &str, title: &str, y_label: &str, series: Vec<(String, Points)>) -> Chart {
+    let series: Vec<Series> = series
+        .into_iter()
+        .enumerate()
+        .map(|(i, (label, points))| (label, PALETTE[i % PALETTE.len()], points))
+        .collect();
+    chart(
+        name.into(),
+        title.into(),
+        svg(title, "seconds", y_label, &series, false, None),
+    )
 }
 
 fn chart(name: String, title: String, svg: String) -> Chart {
@@ -367,6 +399,19 @@ fn summary(report: &serde_json::Value) -> String {
             "<h3>Hookstream ÷ baseline</h3><p>Above 1 for throughput and below 1 for latency favour Hookstream.</p>\
              <table><tr><th>baseline</th><th>throughput</th><th>p50</th><th>p99</th></tr>{ratios}</table>"
         );
+    }
+    match report.get("verdict") {
+        Some(v) if v["passed"] == true => {
+            html.push_str("<p><b>Checks passed</b>: nothing lost, no invalid signature, no early retry.</p>")
+        }
+        Some(v) => {
+            let _ = write!(
+                html,
+                "<p><b>Checks failed</b>: {}</p>",
+                escape(&v["failures"].to_string())
+            );
+        }
+        None => {}
     }
     if let Some(runs) = report.get("median_of_runs") {
         let _ = write!(html, "<p>Every number is the median of {} runs.</p>", cell(runs));

@@ -160,9 +160,10 @@ fn parse_range(s: &str) -> Result<(f64, f64), String> {
     Ok((a, b))
 }
 
-async fn run_once(args: &RunArgs) -> anyhow::Result<(serde_json::Value, Vec<engine::Outcome>)> {
+/// One run: its report and its charts.
+async fn run_once(args: &RunArgs) -> anyhow::Result<(serde_json::Value, Vec<html::Chart>)> {
     let measured = match args.scenario {
-        Scenario::Relay => return Ok((relay::run(args).await?, Vec::new())),
+        Scenario::Relay => return relay::run(args).await,
         Scenario::Steady => scenarios::steady(args).await?,
         Scenario::Max => scenarios::max(args).await?,
         Scenario::Fanout => scenarios::fanout(args).await?,
@@ -173,7 +174,8 @@ async fn run_once(args: &RunArgs) -> anyhow::Result<(serde_json::Value, Vec<engi
     };
     let mut report = measured.report;
     report["machine"] = serde_json::to_value(report::Machine::read())?;
-    Ok((report, measured.phases))
+    let refs: Vec<&engine::Outcome> = measured.phases.iter().collect();
+    Ok((report, html::charts(&refs)))
 }
 
 /// Set in the environment of the baseline's poller process (a child of the load generator).
@@ -200,7 +202,7 @@ async fn main() -> anyhow::Result<()> {
                 relay::prepare()?;
             }
             let mut reports = Vec::new();
-            let mut phases = Vec::new();
+            let mut charts = Vec::new();
             for i in 0..args.runs.max(1) {
                 if args.runs > 1 {
                     eprintln!("=== {} run {} of {}", args.scenario.name(), i + 1, args.runs);
@@ -208,19 +210,19 @@ async fn main() -> anyhow::Result<()> {
                 // Each run of `crash` draws its own kill schedule (seed, seed + 1, …).
                 let mut this = args.clone();
                 this.seed = args.seed + i as u64;
-                let (r, p) = run_once(&this).await?;
+                let (r, c) = run_once(&this).await?;
                 reports.push(r);
-                phases = p; // the page shows the last run's phases
+                charts = c; // the page shows the last run's charts
             }
-            let report = if reports.len() == 1 {
-                reports.remove(0)
-            } else {
+            let verdict = report::verdict(&reports);
+            let mut report = if reports.len() > 1 {
                 report::medians(reports)
+            } else {
+                reports.remove(0)
             };
+            report["verdict"] = verdict.clone();
             let path = args.out.join("report.json");
             std::fs::write(&path, serde_json::to_string_pretty(&report)?)?;
-            let refs: Vec<&engine::Outcome> = phases.iter().collect();
-            let charts = html::charts(&refs);
             let dir = args.out.join("charts");
             std::fs::create_dir_all(&dir)?;
             for c in &charts {
@@ -230,6 +232,11 @@ async fn main() -> anyhow::Result<()> {
             std::fs::write(&page, html::render(&report, &charts))?;
             println!("{}", serde_json::to_string_pretty(&report)?);
             eprintln!("report written to {} and {}", path.display(), page.display());
+            anyhow::ensure!(
+                verdict["passed"] == true,
+                "the run failed its checks: {}",
+                verdict["failures"]
+            );
         }
         Command::Remerge { dir } => {
             let path = dir.join("report.json");
@@ -237,7 +244,9 @@ async fn main() -> anyhow::Result<()> {
             let Some(runs) = report.get("runs").and_then(|r| r.as_array()).cloned() else {
                 anyhow::bail!("{} has no runs to merge", path.display());
             };
-            let report = report::medians(runs);
+            let verdict = report::verdict(&runs);
+            let mut report = report::medians(runs);
+            report["verdict"] = verdict;
             std::fs::write(&path, serde_json::to_string_pretty(&report)?)?;
             let page = dir.join("report.html");
             if let Ok(old) = std::fs::read_to_string(&page) {

@@ -19,6 +19,7 @@ use hookstream_testkit::TestEnv;
 use serde_json::json;
 use uuid::Uuid;
 
+use crate::html::{self, Chart};
 use crate::report::{Latency, Machine};
 use crate::{procstat, RunArgs};
 
@@ -82,19 +83,40 @@ fn relay_bin() -> PathBuf {
     service_bin("outbox-relay")
 }
 
-pub async fn run(args: &RunArgs) -> anyhow::Result<serde_json::Value> {
+/// The report and its charts (the outbox draining with 1..=N relays; the latency CDF).
+pub async fn run(args: &RunArgs) -> anyhow::Result<(serde_json::Value, Vec<Chart>)> {
     prepare()?;
     let mut throughput = Vec::new();
+    let mut backlogs = Vec::new();
     for relays in 1..=args.relays.max(1) {
-        throughput.push(drain(args.events, relays, &args.out).await?);
+        let (figures, backlog) = drain(args.events, relays, &args.out).await?;
+        throughput.push(figures);
+        backlogs.push((format!("{relays} relay(s)"), backlog));
     }
-    let latency = steady(args.rate, args.seconds, &args.out).await?;
+    let (latency, samples) = steady(args.rate, args.seconds, &args.out).await?;
+    let expected = latency["events"].as_u64().unwrap_or(0) as usize;
+    let charts = vec![
+        html::time_chart(
+            "relay-drain",
+            &format!("Outbox rows left while {} rows drain", args.events),
+            "rows",
+            backlogs,
+        ),
+        html::latency_chart(
+            "relay-latency",
+            &format!(
+                "Row created → record consumed from Kafka, {} rows/s (log scale)",
+                args.rate
+            ),
+            vec![("consumer-observed".into(), html::cdf_of(samples, expected))],
+        ),
+    ];
     // The common contract, from the latency phase (records in Kafka stand for deliveries;
     // there are no receivers, signatures or retries in this scenario).
     let field = |k: &str| latency.get(k).cloned().unwrap_or(serde_json::Value::Null);
     let events = latency["events"].as_f64().unwrap_or(0.0);
     let duration = latency["duration_s"].as_f64().unwrap_or(0.0);
-    Ok(json!({
+    let report = json!({
         "scenario": "relay",
         "events": field("events"),
         "expected_deliveries": field("events"),
@@ -113,7 +135,8 @@ pub async fn run(args: &RunArgs) -> anyhow::Result<serde_json::Value> {
         "machine": Machine::read(),
         "throughput": throughput,
         "latency": latency,
-    }))
+    });
+    Ok((report, charts))
 }
 
 async fn prefill(env: &TestEnv, tenant: Uuid, events: usize) -> anyhow::Result<()> {
@@ -137,7 +160,13 @@ async fn prefill(env: &TestEnv, tenant: Uuid, events: usize) -> anyhow::Result<(
     Ok(())
 }
 
-async fn drain(events: usize, relays: usize, out: &Path) -> anyhow::Result<serde_json::Value> {
+/// Drains a backlog of `events` rows with `relays` relays: the figures, and the rows left
+/// over time (every 100 ms).
+async fn drain(
+    events: usize,
+    relays: usize,
+    out: &Path,
+) -> anyhow::Result<(serde_json::Value, html::Points)> {
     let env = TestEnv::new(6).await?;
     let tenant = env.tenant("bench").await?;
     eprintln!("[relay] writing a backlog of {events} rows");
@@ -154,8 +183,13 @@ async fn drain(events: usize, relays: usize, out: &Path) -> anyhow::Result<serde
         })
         .collect::<Result<_, _>>()?;
     let mut last_report = Instant::now();
+    let mut backlog: html::Points = vec![(0.0, events as f64)];
     loop {
         let left = env.outbox_len().await?;
+        let t = started.elapsed().as_secs_f64();
+        if left == 0 || t - backlog.last().map_or(0.0, |p| p.0) >= 0.1 {
+            backlog.push((t, left as f64));
+        }
         if left == 0 {
             break;
         }
@@ -195,10 +229,11 @@ async fn drain(events: usize, relays: usize, out: &Path) -> anyhow::Result<serde
         "[relay] {relays} relay(s): {events} rows in {took:.2} s = {:.0} rows/s",
         events as f64 / took
     );
-    Ok(result)
+    Ok((result, backlog))
 }
 
-async fn steady(rate: usize, seconds: u64, out: &Path) -> anyhow::Result<serde_json::Value> {
+/// One relay at `rate` rows/s: the figures and the latency samples (ms).
+async fn steady(rate: usize, seconds: u64, out: &Path) -> anyhow::Result<(serde_json::Value, Vec<f64>)> {
     let env = TestEnv::new(6).await?;
     let tenant = env.tenant("bench").await?;
     let admin = "127.0.0.1:19181";
@@ -250,7 +285,7 @@ async fn steady(rate: usize, seconds: u64, out: &Path) -> anyhow::Result<serde_j
         "[relay] latency at {rate}/s: p50 {} ms, p99 {} ms, max {} ms",
         latency.p50, latency.p99, latency.max
     );
-    Ok(json!({
+    let figures = json!({
         "rate_per_s": rate,
         "achieved_rate_per_s": sent as f64 / produce_s,
         "events": sent,
@@ -265,7 +300,8 @@ async fn steady(rate: usize, seconds: u64, out: &Path) -> anyhow::Result<serde_j
         "relay_batch_duration_ms": batch,
         "cpu_s": usage.map(|u| u.0),
         "max_rss_mb": usage.map(|u| u.1),
-    }))
+    });
+    Ok((figures, samples))
 }
 
 /// Reads `expected` records and returns each one's created → consumed time in ms, and the

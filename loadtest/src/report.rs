@@ -102,6 +102,50 @@ pub fn histogram_quantiles(page: &str, name: &str) -> Option<(f64, f64, f64, u64
     Some((q(0.5), q(0.9), q(0.99), total))
 }
 
+/// What counts against a run (Hookstream's figures; the baseline's are only compared): an
+/// invalid signature, an early retry, an event lost, or a recovering endpoint sent more than
+/// its rate limit allows.
+pub fn failures(report: &serde_json::Value) -> Vec<String> {
+    let mut out = Vec::new();
+    let count = |k: &str| report.get(k).and_then(serde_json::Value::as_f64).unwrap_or(0.0);
+    for (key, what) in [
+        ("invalid_signatures", "deliveries with an invalid signature"),
+        (
+            "early_retries",
+            "retries earlier than the schedule or Retry-After allowed",
+        ),
+        ("lost", "deliveries lost (never answered 2xx)"),
+    ] {
+        if count(key) > 0.0 {
+            out.push(format!("{} {what}", count(key)));
+        }
+    }
+    let recovery = &report["outage_recovery"]["after_recovery"];
+    if recovery["within_rate_limit"] == serde_json::Value::Bool(false) {
+        out.push(format!(
+            "the recovered endpoint got {}/s over 5 s, more than the {}/s its rate limit allows",
+            recovery["max_rate_over_5s_per_s"], recovery["allowed_rate_over_5s_per_s"]
+        ));
+    }
+    out
+}
+
+/// `{passed, failures}` over every run (a median could hide one run's loss).
+pub fn verdict(runs: &[serde_json::Value]) -> serde_json::Value {
+    let several = runs.len() > 1;
+    let failures: Vec<String> = runs
+        .iter()
+        .enumerate()
+        .flat_map(|(i, r)| {
+            failures(r).into_iter().map(move |f| match several {
+                true => format!("run {}: {f}", i + 1),
+                false => f,
+            })
+        })
+        .collect();
+    serde_json::json!({ "passed": failures.is_empty(), "failures": failures })
+}
+
 fn median(mut v: Vec<f64>) -> Option<f64> {
     if v.is_empty() {
         return None;
@@ -177,6 +221,20 @@ mod tests {
         let l = Latency::of((1..=100).map(f64::from).collect());
         assert_eq!((l.p50, l.p90, l.p99, l.max), (50.0, 90.0, 99.0, 100.0));
         assert_eq!(Latency::of(vec![]).max, 0.0);
+    }
+
+    #[test]
+    fn failures_name_what_counts_against_a_run() {
+        let ok = serde_json::json!({"lost": 0, "invalid_signatures": 0, "early_retries": 0});
+        assert!(failures(&ok).is_empty());
+        let bad = serde_json::json!({
+            "lost": 2, "invalid_signatures": 1, "early_retries": null,
+            "outage_recovery": {"after_recovery": {"within_rate_limit": false,
+                "max_rate_over_5s_per_s": 500.0, "allowed_rate_over_5s_per_s": 240.0}},
+        });
+        let f = failures(&bad);
+        assert_eq!(f.len(), 3, "{f:?}");
+        assert!(f[0].contains("invalid signature") && f[1].contains("lost") && f[2].contains("500"));
     }
 
     #[test]

@@ -65,10 +65,12 @@ fn steady_beside_the_baseline_delivers_everything_and_writes_the_report() {
         "per_class",
         "processes",
         "baseline",
+        "verdict",
     ] {
         assert!(report.get(key).is_some(), "report.json has {key}");
     }
     assert_eq!(report["scenario"], "steady");
+    assert_eq!(report["verdict"]["passed"], true, "{}", report["verdict"]);
     assert_eq!(report["expected_deliveries"], 300);
     assert_eq!(report["delivered"], 300, "every event delivered: {report}");
     assert_eq!(report["lost"], 0);
