@@ -560,6 +560,11 @@ pub async fn run(plan: &Plan) -> anyhow::Result<Outcome> {
             recovered_at_ms[ep.class] = Some(*at);
         }
     }
+    // Each phase makes a database and topics of its own: without this a `make bench` leaves
+    // hundreds of them in the stack (and Kafka starts slower for each).
+    if let Err(e) = env.discard().await {
+        eprintln!("[{}] could not drop its database and topics: {e:#}", plan.label);
+    }
     Ok(Outcome {
         label: plan.label.clone(),
         events: committed.load(Ordering::Relaxed),

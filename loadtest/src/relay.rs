@@ -139,6 +139,13 @@ pub async fn run(args: &RunArgs) -> anyhow::Result<(serde_json::Value, Vec<Chart
     Ok((report, charts))
 }
 
+/// Drops a phase's database and topics (a warning if it cannot).
+async fn discard(env: TestEnv) {
+    if let Err(e) = env.discard().await {
+        eprintln!("[relay] could not drop its database and topics: {e:#}");
+    }
+}
+
 async fn prefill(env: &TestEnv, tenant: Uuid, events: usize) -> anyhow::Result<()> {
     let mut left = events;
     while left > 0 {
@@ -215,6 +222,7 @@ async fn drain(
         p.terminate().await;
     }
     let in_kafka: i64 = env.end_offsets(&env.kafka.topics.events)?.iter().sum();
+    discard(env).await;
     let result = json!({
         "relays": relays,
         "events": events,
@@ -280,6 +288,7 @@ async fn steady(rate: usize, seconds: u64, out: &Path) -> anyhow::Result<(serde_
     let commit_to_ack = relay_view("hookstream_relay_commit_to_ack_seconds");
     let batch = relay_view("hookstream_relay_batch_duration_seconds");
     relay.terminate().await;
+    discard(env).await;
     let latency = Latency::of(samples.clone());
     eprintln!(
         "[relay] latency at {rate}/s: p50 {} ms, p99 {} ms, max {} ms",

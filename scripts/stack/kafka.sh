@@ -19,7 +19,9 @@ STDOUT_LOG="$LOG_DIR/kafka.log"
 SERVER_LOG="$LOG_DIR/kafka-server.log" # written by log4j, see scripts/kafka/log4j2.properties
 BOOTSTRAP="127.0.0.1:$KAFKA_PORT"
 READY_LINE="Kafka Server started"
-READY_TIMEOUT=90
+# A broker with thousands of partitions (a long-lived dev stack) on a busy machine can take
+# minutes to load them; a fresh one starts in seconds.
+READY_TIMEOUT="${HOOKSTREAM_KAFKA_READY_TIMEOUT:-240}"
 
 JAVA_OPTS=(-Djava.awt.headless=true "-Dkafka.logs.dir=$LOG_DIR" "-Dlog4j2.configurationFile=$LOG4J_CONF")
 

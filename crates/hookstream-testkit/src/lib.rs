@@ -112,6 +112,47 @@ impl TestEnv {
         })
     }
 
+    /// Drops this environment's database and deletes its topics (`test.<id>.*`). For long
+    /// runs that make many environments (the load tests); a test keeps its own for a
+    /// post-mortem and `make test` drops old databases before it starts.
+    pub async fn discard(self) -> anyhow::Result<()> {
+        use hookstream_kafka::rdkafka::admin::{AdminClient, AdminOptions};
+        use hookstream_kafka::rdkafka::client::DefaultClientContext;
+        self.pool.close().await;
+        let admin = PgPool::connect(&base_database_url()).await?;
+        sqlx::query(&format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name))
+            .execute(&admin)
+            .await?;
+        admin.close().await;
+        let prefix = self
+            .kafka
+            .topics
+            .events
+            .strip_suffix("events")
+            .unwrap_or(&self.kafka.topics.events)
+            .to_string();
+        let kafka = self.kafka.clone();
+        let names = tokio::task::spawn_blocking(move || -> anyhow::Result<Vec<String>> {
+            let consumer: BaseConsumer = hookstream_kafka::client_config(&kafka).create()?;
+            let metadata = consumer.fetch_metadata(None, Duration::from_secs(10))?;
+            Ok(metadata
+                .topics()
+                .iter()
+                .map(|t| t.name().to_string())
+                .filter(|n| n.starts_with(&prefix))
+                .collect())
+        })
+        .await??;
+        if !names.is_empty() {
+            let admin: AdminClient<DefaultClientContext> =
+                hookstream_kafka::client_config(&self.kafka).create()?;
+            let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+            let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
+            admin.delete_topics(&refs, &opts).await?;
+        }
+        Ok(())
+    }
+
     /// The DLQ sink's consumer group for this test's dispatchers.
     pub fn dlq_sink_group(&self) -> String {
         format!("{}.dlq-sink", self.kafka.group_id)
