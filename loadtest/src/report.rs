@@ -29,6 +29,7 @@ impl Latency {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Machine {
+    pub cpu: String,
     pub cores: usize,
     pub memory_gb: f64,
     pub kernel: String,
@@ -45,7 +46,17 @@ impl Machine {
                     .and_then(|v| v.parse().ok())
             })
             .unwrap_or(0.0);
+        let cpu = std::fs::read_to_string("/proc/cpuinfo")
+            .ok()
+            .and_then(|c| {
+                c.lines()
+                    .find(|l| l.starts_with("model name"))
+                    .and_then(|l| l.split_once(':'))
+                    .map(|(_, v)| v.trim().to_string())
+            })
+            .unwrap_or_default();
         Self {
+            cpu,
             cores: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
             memory_gb: (mem_kb / 1024.0 / 1024.0 * 10.0).round() / 10.0,
             kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
