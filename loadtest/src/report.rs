@@ -131,6 +131,17 @@ pub fn failures(report: &serde_json::Value) -> Vec<String> {
             out.push(format!("{} {what}", count(key)));
         }
     }
+    // The relay scenario's drains: rows that never reached Kafka.
+    if let Some(drains) = report["throughput"].as_array() {
+        for d in drains {
+            if d["lost"].as_f64().unwrap_or(0.0) > 0.0 {
+                out.push(format!(
+                    "{} rows lost draining with {} relay(s)",
+                    d["lost"], d["relays"]
+                ));
+            }
+        }
+    }
     let recovery = &report["outage_recovery"]["after_recovery"];
     if recovery["within_rate_limit"] == serde_json::Value::Bool(false) {
         out.push(format!(
@@ -245,6 +256,11 @@ mod tests {
         });
         let f = failures(&bad);
         assert_eq!(f.len(), 3, "{f:?}");
+        let relay = serde_json::json!({"lost": 0, "throughput": [{"relays": 1, "lost": 0}, {"relays": 2, "lost": 5}]});
+        assert_eq!(
+            failures(&relay),
+            vec!["5 rows lost draining with 2 relay(s)".to_string()]
+        );
         assert!(f[0].contains("invalid signature") && f[1].contains("lost") && f[2].contains("500"));
     }
 
