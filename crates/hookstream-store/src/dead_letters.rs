@@ -123,6 +123,21 @@ fn clean(text: &str, max_chars: usize) -> String {
     text.chars().filter(|c| *c != '\0').take(max_chars).collect()
 }
 
+/// Deletes up to `batch` dead letters that died before `before` (oldest first); returns how
+/// many. Rows another pruner holds are skipped, so several dispatchers may prune at once.
+pub async fn prune(pool: &PgPool, before: DateTime<Utc>, batch: i64) -> Result<u64, StoreError> {
+    let done = sqlx::query(
+        "DELETE FROM hookstream.dead_letters WHERE id IN (
+             SELECT id FROM hookstream.dead_letters WHERE dead_at < $1
+              ORDER BY dead_at LIMIT $2 FOR UPDATE SKIP LOCKED)",
+    )
+    .bind(before)
+    .bind(batch)
+    .execute(pool)
+    .await?;
+    Ok(done.rows_affected())
+}
+
 /// Stores a dead letter; returns its id, or `None` when this DLQ record was stored before.
 pub async fn insert(pool: &PgPool, d: &NewDeadLetter) -> Result<Option<i64>, StoreError> {
     let origin = d.origin.as_ref();

@@ -7,7 +7,8 @@
 //! its partitions (and polling on) when too many records wait. Records that are not valid
 //! dead letters are stored too, as class `decode` with their raw bytes; nothing on this topic
 //! stops the sink (invariant 5). A row is keyed by the record's position, so a record read
-//! twice after a crash is stored once.
+//! twice after a crash is stored once. Rows older than `retention_days` are deleted every
+//! `prune_interval_ms`.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -46,6 +47,10 @@ pub struct DlqConfig {
     pub sink_enabled: bool,
     /// Consumer group of the sink on the DLQ topic.
     pub sink_group_id: String,
+    /// Dead letters older than this (by `dead_at`) are deleted; 0 keeps them for ever.
+    pub retention_days: u32,
+    /// How often the sink looks for dead letters past their retention.
+    pub prune_interval_ms: u64,
 }
 
 impl Default for DlqConfig {
@@ -53,6 +58,49 @@ impl Default for DlqConfig {
         Self {
             sink_enabled: true,
             sink_group_id: "hookstream-dlq-sink".into(),
+            retention_days: 90,
+            prune_interval_ms: 3_600_000,
+        }
+    }
+}
+
+/// Rows deleted per statement while pruning (short transactions, no long locks).
+const PRUNE_BATCH: i64 = 1_000;
+
+/// Deletes dead letters past `retention_days` every `prune_interval_ms` until `shutdown`.
+async fn prune_loop(pool: PgPool, cfg: DlqConfig, metrics: DispatcherMetrics, shutdown: CancellationToken) {
+    if cfg.retention_days == 0 {
+        return;
+    }
+    let keep = chrono::Duration::days(i64::from(cfg.retention_days));
+    let mut every = tokio::time::interval(Duration::from_millis(cfg.prune_interval_ms.max(1_000)));
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = every.tick() => {}
+            _ = shutdown.cancelled() => return,
+        }
+        let before = Utc::now() - keep;
+        loop {
+            match dead_letters::prune(&pool, before, PRUNE_BATCH).await {
+                Ok(n) => {
+                    metrics.dlq_pruned.inc_by(n);
+                    if n > 0 {
+                        tracing::info!(
+                            deleted = n,
+                            retention_days = cfg.retention_days,
+                            "dead letters past retention deleted"
+                        );
+                    }
+                    if n < PRUNE_BATCH as u64 || shutdown.is_cancelled() {
+                        break;
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot prune dead letters, trying at the next interval");
+                    break;
+                }
+            }
         }
     }
 }
@@ -76,6 +124,12 @@ pub(crate) async fn run(
     );
     consumer.subscribe(&[kafka.topics.dlq.as_str()])?;
     tracing::info!(topic = %kafka.topics.dlq, group = %cfg.sink_group_id, "DLQ sink consuming");
+    let pruner = tokio::spawn(prune_loop(
+        pool.clone(),
+        cfg.clone(),
+        metrics.clone(),
+        shutdown.clone(),
+    ));
 
     let (done_tx, mut done_rx) = mpsc::unbounded_channel::<Ticket>();
     let tasks = TaskTracker::new();
@@ -133,6 +187,7 @@ pub(crate) async fn run(
         }
     }
     crate::drain(&consumer, &tracker, &mut done_rx, &tasks, grace).await;
+    let _ = pruner.await;
     tracing::info!("DLQ sink stopped");
     Ok(())
 }

@@ -39,6 +39,8 @@ pub struct DispatcherMetrics {
     pub dlq_stored: IntCounterVec,
     /// Failed attempts to store a DLQ record (the sink retries: it never skips one).
     pub dlq_store_errors: IntCounter,
+    /// Dead letters deleted past their retention (`dlq.retention_days`).
+    pub dlq_pruned: IntCounter,
     /// Replayed tasks the retry role took up, by kind: `dead_letter` (`hookstream dlq
     /// replay`) or `resend` (`hookstream event resend`).
     pub dlq_replayed: IntCounterVec,
@@ -162,6 +164,11 @@ impl DispatcherMetrics {
                 "Failed attempts to store a DLQ record (retried)",
             )
             .unwrap(),
+            dlq_pruned: IntCounter::new(
+                "hookstream_dlq_pruned_total",
+                "Dead letters deleted past their retention",
+            )
+            .unwrap(),
             dlq_replayed: IntCounterVec::new(
                 Opts::new(
                     "hookstream_dlq_replayed_total",
@@ -199,6 +206,7 @@ impl DispatcherMetrics {
         };
         let _ = registry.register(Box::new(m.dlq_stored.clone()));
         let _ = registry.register(Box::new(m.dlq_store_errors.clone()));
+        let _ = registry.register(Box::new(m.dlq_pruned.clone()));
         let _ = registry.register(Box::new(m.dlq_replayed.clone()));
         let _ = registry.register(Box::new(m.deferrals.clone()));
         let _ = registry.register(Box::new(m.breaker_transitions.clone()));

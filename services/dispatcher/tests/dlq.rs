@@ -257,29 +257,71 @@ async fn poison_on_the_dlq_topic_is_stored_as_decode_with_its_bytes_and_the_part
     token.cancel();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn storing_the_same_dlq_record_twice_writes_one_row() {
-    let env = TestEnv::new(1).await.unwrap();
-    let row = NewDeadLetter {
+/// A poison dead letter (class `decode`) stored from `offset` of topic `dlq`, dead at `dead_at`.
+fn poison_row(offset: i64, dead_at: chrono::DateTime<chrono::Utc>) -> NewDeadLetter {
+    NewDeadLetter {
         tenant_id: None,
         endpoint_id: None,
         event_id: None,
         event_type: String::new(),
-        reason: "r\0with a NUL".into(),
+        reason: "undecodable".into(),
         error_class: "decode".into(),
         last_status: 0,
         attempts: 0,
         first_attempt_at: None,
-        dead_at: chrono::Utc::now(),
+        dead_at,
         source: Position {
             topic: "dlq".into(),
             partition: 0,
-            offset: 42,
+            offset,
         },
         origin: None,
         event: None,
         raw: Some(vec![0, 1, 2]),
         last_response: None,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_letters_past_their_retention_are_deleted_and_newer_ones_kept() {
+    let env = TestEnv::new(1).await.unwrap();
+    let now = chrono::Utc::now();
+    for offset in 0..5 {
+        let old = poison_row(offset, now - chrono::Duration::days(3));
+        dead_letters::insert(&env.pool, &old).await.unwrap();
+    }
+    for offset in 5..8 {
+        let recent = poison_row(offset, now - chrono::Duration::hours(47));
+        dead_letters::insert(&env.pool, &recent).await.unwrap();
+    }
+    let mut cfg = config(&env, vec![1_000]);
+    cfg.dlq.retention_days = 2;
+    cfg.dlq.prune_interval_ms = 1_000;
+    let registry = Registry::new();
+    let token = start(&env, cfg, registry.clone());
+    assert!(
+        eventually(Duration::from_secs(20), || async {
+            rows(&env, &Filter::default()).await.len() == 3
+        })
+        .await,
+        "the five dead letters older than two days are deleted"
+    );
+    // Another prune pass finds nothing more to delete.
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    let kept = rows(&env, &Filter::default()).await;
+    let mut offsets: Vec<i64> = kept.iter().map(|r| r.source_offset).collect();
+    offsets.sort_unstable();
+    assert_eq!(offsets, vec![5, 6, 7], "the recent ones stay");
+    assert_eq!(common::metric(&registry, "hookstream_dlq_pruned_total", &[]), 5.0);
+    token.cancel();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn storing_the_same_dlq_record_twice_writes_one_row() {
+    let env = TestEnv::new(1).await.unwrap();
+    let row = NewDeadLetter {
+        reason: "r\0with a NUL".into(),
+        ..poison_row(42, chrono::Utc::now())
     };
     let first = dead_letters::insert(&env.pool, &row).await.unwrap();
     assert!(first.is_some());
