@@ -22,10 +22,16 @@ impl Wakeup {
     }
 
     /// Returns on a notification on the channel or after `poll`, whichever comes first,
-    /// (re)connecting the listener when needed.
+    /// (re)connecting the listener when needed. Returns at once when it has just connected:
+    /// whatever was committed before LISTEN took effect notified nobody, so the caller must
+    /// look now (the dispatcher loads its subscriptions before it listens; an endpoint
+    /// created in between was otherwise missed until the fallback poll).
     pub async fn wait(&mut self, poll: Duration) {
         if self.listener.is_none() {
             self.listener = self.connect().await;
+            if self.listener.is_some() {
+                return;
+            }
         }
         let notified = async {
             match self.listener.as_mut() {
