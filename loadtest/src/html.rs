@@ -216,131 +216,114 @@ pub fn cdf_of(mut samples: Vec<f64>, expected: usize) -> Points {
         .collect()
 }
 
-/// A latency CDF chart (log scale) of one or more named sample sets.
-pub fn latency_chart(name: &str, title: &str, series: Vec<(String, Points)>) -> Chart {
+/// A line chart of named series, coloured in turn from the palette.
+fn line_chart(
+    name: String,
+    title: String,
+    axes: (&str, &str),
+    series: Vec<(String, Points)>,
+    x_log: bool,
+    y_top: Option<f64>,
+) -> Chart {
     let series: Vec<Series> = series
         .into_iter()
         .enumerate()
         .map(|(i, (label, points))| (label, PALETTE[i % PALETTE.len()], points))
         .collect();
-    chart(
+    let svg = svg(&title, axes.0, axes.1, &series, x_log, y_top);
+    Chart { name, title, svg }
+}
+
+/// A latency CDF chart (log scale) of one or more named sample sets.
+pub fn latency_chart(name: &str, title: &str, series: Vec<(String, Points)>) -> Chart {
+    line_chart(
         name.into(),
         title.into(),
-        svg(title, "ms", "fraction of expected", &series, true, Some(1.0)),
+        ("ms", "fraction of expected"),
+        series,
+        true,
+        Some(1.0),
     )
 }
 
 /// A line chart over time of one or more named series.
 pub fn time_chart(name: &str, title: &str, y_label: &str, series: Vec<(String, Points)>) -> Chart {
-    let series: Vec<Series> = series
-        .into_iter()
-        .enumerate()
-        .map(|(i, (label, points))| (label, PALETTE[i % PALETTE.len()], points))
-        .collect();
-    chart(
+    line_chart(
         name.into(),
         title.into(),
-        svg(title, "seconds", y_label, &series, false, None),
+        ("seconds", y_label),
+        series,
+        false,
+        None,
     )
-}
-
-fn chart(name: String, title: String, svg: String) -> Chart {
-    Chart { name, title, svg }
 }
 
 /// Every chart of a report: overlays across phases first (when there are several), then
 /// each phase's own.
 pub fn charts(phases: &[&Outcome]) -> Vec<Chart> {
-    let mut out = Vec::new();
     const SINCE: &str = "seconds since measuring started";
+    const LATENCY: &str = "ms, outbox commit → first 2xx";
+    let mut out = Vec::new();
     if phases.len() > 1 {
-        let tput: Vec<Series> = phases
-            .iter()
-            .enumerate()
-            .map(|(i, o)| (o.label.clone(), PALETTE[i % PALETTE.len()], rates(o).0))
-            .collect();
-        let title = "2xx deliveries per second, every phase".to_string();
-        out.push(chart(
+        out.push(line_chart(
             "all-throughput".into(),
-            title.clone(),
-            svg(&title, SINCE, "deliveries/s", &tput, false, None),
+            "2xx deliveries per second, every phase".into(),
+            (SINCE, "deliveries/s"),
+            phases.iter().map(|o| (o.label.clone(), rates(o).0)).collect(),
+            false,
+            None,
         ));
-        let lat: Vec<Series> = phases
-            .iter()
-            .enumerate()
-            .map(|(i, o)| (o.label.clone(), PALETTE[i % PALETTE.len()], cdf(o)))
-            .collect();
-        let title = "Latency CDF, every phase (log scale)".to_string();
-        out.push(chart(
+        out.push(line_chart(
             "all-latency".into(),
-            title.clone(),
-            svg(
-                &title,
-                "ms, outbox commit → first 2xx",
-                "fraction of expected",
-                &lat,
-                true,
-                Some(1.0),
-            ),
+            "Latency CDF, every phase (log scale)".into(),
+            (LATENCY, "fraction of expected"),
+            phases.iter().map(|o| (o.label.clone(), cdf(o))).collect(),
+            true,
+            Some(1.0),
         ));
     }
     for o in phases {
         let (delivered, requests) = rates(o);
-        let title = format!("{}: throughput over time", o.label);
-        out.push(chart(
+        out.push(line_chart(
             format!("{}-throughput", o.label),
-            title.clone(),
-            svg(
-                &title,
-                SINCE,
-                "per second",
-                &[
-                    ("2xx deliveries/s".into(), PALETTE[0], delivered),
-                    ("requests/s".into(), PALETTE[1], requests),
-                ],
-                false,
-                None,
-            ),
+            format!("{}: throughput over time", o.label),
+            (SINCE, "per second"),
+            vec![
+                ("2xx deliveries/s".into(), delivered),
+                ("requests/s".into(), requests),
+            ],
+            false,
+            None,
         ));
-        let title = format!("{}: latency CDF (log scale)", o.label);
-        out.push(chart(
+        out.push(line_chart(
             format!("{}-latency", o.label),
-            title.clone(),
-            svg(
-                &title,
-                "ms, outbox commit → first 2xx",
-                "fraction of expected deliveries",
-                &[("CDF".into(), PALETTE[2], cdf(o))],
-                true,
-                Some(1.0),
-            ),
+            format!("{}: latency CDF (log scale)", o.label),
+            (LATENCY, "fraction of expected deliveries"),
+            vec![("CDF".into(), cdf(o))],
+            true,
+            Some(1.0),
         ));
-        let backlog: Vec<(f64, f64)> = o
+        let backlog: Points = o
             .timeline
             .iter()
             .filter(|s| s.backlog >= 0)
             .map(|s| (s.t_s, s.backlog as f64))
             .collect();
-        let lag: Vec<(f64, f64)> = o
+        let lag: Points = o
             .timeline
             .iter()
             .filter_map(|s| s.lag.map(|l| (s.t_s, l as f64)))
             .collect();
-        let title = format!("{}: backlog and consumer lag over time", o.label);
-        out.push(chart(
+        out.push(line_chart(
             format!("{}-backlog", o.label),
-            title.clone(),
-            svg(
-                &title,
-                SINCE,
-                "rows / messages",
-                &[
-                    ("outbox (or queue) rows".into(), PALETTE[3], backlog),
-                    ("consumer lag (messages)".into(), PALETTE[4], lag),
-                ],
-                false,
-                None,
-            ),
+            format!("{}: backlog and consumer lag over time", o.label),
+            (SINCE, "rows / messages"),
+            vec![
+                ("outbox (or queue) rows".into(), backlog),
+                ("consumer lag (messages)".into(), lag),
+            ],
+            false,
+            None,
         ));
     }
     out
