@@ -70,6 +70,18 @@ where
     figment.extract().map_err(|e| ConfigError(e.to_string()))
 }
 
+/// Defaults, then `text` as the file's contents (TOML); no environment. The same parsing and
+/// rejection of unknown keys as `load`, for tests and the fuzzer.
+pub fn load_toml_str<T>(text: &str) -> Result<T, ConfigError>
+where
+    T: DeserializeOwned + Serialize + Default,
+{
+    Figment::from(Serialized::defaults(T::default()))
+        .merge(Toml::string(text))
+        .extract()
+        .map_err(|e| ConfigError(e.to_string()))
+}
+
 /// `load` for a service's `main`: on a bad configuration, prints `<program>: <error>` and
 /// exits with code 2 before anything is bound or connected.
 pub fn load_or_exit<T>(program: &str, file: Option<&Path>) -> T
