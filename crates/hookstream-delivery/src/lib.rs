@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::{Bytes, BytesMut};
+use hookstream_egress::{validate_endpoint_url, UrlError};
 use hookstream_signing::{signature_header, Secret, HEADER_ID, HEADER_SIGNATURE, HEADER_TIMESTAMP};
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
@@ -255,31 +256,17 @@ impl Engine {
         }
     }
 
+    /// Checks the URL before any connection: forbidden IP literals are `SsrfBlocked` (they
+    /// never reach the resolver that checks host names), anything else wrong is `InvalidUrl`.
+    /// The error text never contains the URL.
     fn check_url(&self, raw: &str) -> Result<reqwest::Url, (ErrorClass, String)> {
-        let url =
-            reqwest::Url::parse(raw).map_err(|e| (ErrorClass::InvalidUrl, format!("invalid url: {e}")))?;
-        if !matches!(url.scheme(), "http" | "https") {
-            return Err((
-                ErrorClass::InvalidUrl,
-                format!("unsupported scheme {}", url.scheme()),
-            ));
-        }
-        // IP literals are connected to without a resolver, so they are checked here.
-        let literal = match url.host() {
-            Some(url::Host::Ipv4(v4)) => Some(std::net::IpAddr::V4(v4)),
-            Some(url::Host::Ipv6(v6)) => Some(std::net::IpAddr::V6(v6)),
-            Some(url::Host::Domain(_)) => None,
-            None => return Err((ErrorClass::InvalidUrl, "url has no host".into())),
-        };
-        if let Some(ip) = literal {
-            if !self.policy.permits(ip) {
-                return Err((
-                    ErrorClass::SsrfBlocked,
-                    format!("destination address {ip} is forbidden"),
-                ));
-            }
-        }
-        Ok(url)
+        validate_endpoint_url(raw, &self.policy).map_err(|e| {
+            let class = match e {
+                UrlError::Forbidden { .. } => ErrorClass::SsrfBlocked,
+                _ => ErrorClass::InvalidUrl,
+            };
+            (class, e.to_string())
+        })
     }
 
     async fn read_capped(&self, mut response: reqwest::Response) -> Bytes {
