@@ -9,11 +9,12 @@
 
 pub mod ssrf;
 
+use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::{Bytes, BytesMut};
-use hookstream_egress::{validate_endpoint_url, UrlError};
+use hookstream_egress::{redact_text, validate_endpoint_url, UrlError};
 use hookstream_signing::{signature_header, Secret, HEADER_ID, HEADER_SIGNATURE, HEADER_TIMESTAMP};
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
@@ -143,12 +144,23 @@ impl Outcome {
 }
 
 /// Where and how to deliver.
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone, Copy)]
 pub struct Target<'a> {
+    /// May be a capability (a token in the path or query): shown only redacted.
     pub url: &'a str,
     pub timeout: Duration,
     /// Every active secret signs (rotation window).
     pub secrets: &'a [Secret],
+}
+
+impl fmt::Debug for Target<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Target")
+            .field("url", &hookstream_egress::redact(self.url))
+            .field("timeout", &self.timeout)
+            .field("secrets", &self.secrets.len())
+            .finish()
+    }
 }
 
 /// What to deliver.
@@ -182,7 +194,11 @@ impl Engine {
             .user_agent(&cfg.user_agent)
             .dns_resolver(Arc::new(ssrf::GuardedResolver::new(policy.clone())));
         builder = match &cfg.proxy {
-            Some(p) => builder.proxy(reqwest::Proxy::all(p).map_err(|e| EngineError::Proxy(e.to_string()))?),
+            // The proxy URL may carry credentials: the error names it only in redacted form.
+            Some(p) => builder.proxy(
+                reqwest::Proxy::all(p)
+                    .map_err(|e| EngineError::Proxy(redact_text(&e.without_url().to_string(), p)))?,
+            ),
             // Never pick up HTTP_PROXY from the environment by accident.
             None => builder.no_proxy(),
         };
@@ -228,7 +244,7 @@ impl Engine {
         let response = match request.send().await {
             Ok(r) => r,
             Err(e) => {
-                let (class, error) = classify_error(&e);
+                let (class, error) = classify_error(e, target.url);
                 return Outcome::failed(
                     Verdict::Retryable.unless_blocked(class),
                     class,
@@ -305,12 +321,16 @@ pub fn classify_status(status: u16) -> (Verdict, ErrorClass) {
     }
 }
 
-fn classify_error(e: &reqwest::Error) -> (ErrorClass, String) {
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+/// The class of a transport failure and a readable description of it. The description is
+/// built from the error without its URL and from its source chain, then stripped of `url` in
+/// any form and of its secret parts: a library may quote the URL anywhere.
+fn classify_error(e: reqwest::Error, url: &str) -> (ErrorClass, String) {
+    let e = e.without_url();
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&e);
     let mut chain = String::new();
     while let Some(err) = source {
         if let Some(blocked) = err.downcast_ref::<SsrfBlocked>() {
-            return (ErrorClass::SsrfBlocked, blocked.to_string());
+            return (ErrorClass::SsrfBlocked, redact_text(&blocked.to_string(), url));
         }
         if !chain.is_empty() {
             chain.push_str(": ");
@@ -328,7 +348,7 @@ fn classify_error(e: &reqwest::Error) -> (ErrorClass, String) {
     } else {
         ErrorClass::Other
     };
-    (class, chain)
+    (class, redact_text(&chain, url))
 }
 
 /// Parses `Retry-After` (delay-seconds or an HTTP date).
