@@ -351,14 +351,23 @@ fn classify_error(e: reqwest::Error, url: &str) -> (ErrorClass, String) {
     (class, redact_text(&chain, url))
 }
 
-/// Parses `Retry-After` (delay-seconds or an HTTP date).
+/// The longest `Retry-After` believed: one year. Longer values (or far-future dates) are
+/// saturated to it, so the value is safe to add to any clock; the dispatcher clamps further
+/// with `retry.max_retry_after_ms`.
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(365 * 24 * 60 * 60);
+
+/// Parses `Retry-After`: delay-seconds (digits only; too large a number saturates) or an HTTP
+/// date (a past date is zero). The result is at most [`MAX_RETRY_AFTER`]; `None` when the
+/// value is neither.
 pub fn parse_retry_after(value: &str, now: SystemTime) -> Option<Duration> {
     let value = value.trim();
-    if let Ok(secs) = value.parse::<u64>() {
-        return Some(Duration::from_secs(secs));
+    if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) {
+        // All digits: it only fails to parse by overflowing u64.
+        let secs = value.parse::<u64>().unwrap_or(u64::MAX);
+        return Some(Duration::from_secs(secs).min(MAX_RETRY_AFTER));
     }
     let when = httpdate::parse_http_date(value).ok()?;
-    Some(when.duration_since(now).unwrap_or_default())
+    Some(when.duration_since(now).unwrap_or_default().min(MAX_RETRY_AFTER))
 }
 
 fn unix_now() -> i64 {
@@ -392,6 +401,50 @@ mod tests {
         let later = httpdate::fmt_http_date(now + Duration::from_secs(120));
         assert_eq!(parse_retry_after(&later, now), Some(Duration::from_secs(120)));
         assert_eq!(parse_retry_after("soon", now), None);
+        assert_eq!(parse_retry_after(" 10 ", now), Some(Duration::from_secs(10)));
+        for invalid in ["", "-5", "+5", "1.5", "1e9", "0x10"] {
+            assert_eq!(parse_retry_after(invalid, now), None, "{invalid:?}");
+        }
+    }
+
+    #[test]
+    fn retry_after_saturates_at_the_cap() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000_000);
+        for huge in [
+            "31536001",
+            "18446744073709551615",
+            "18446744073709551616",
+            "99999999999999999999999999999999999999999999",
+        ] {
+            assert_eq!(parse_retry_after(huge, now), Some(MAX_RETRY_AFTER), "{huge}");
+        }
+        assert_eq!(
+            parse_retry_after("Fri, 31 Dec 9999 23:59:59 GMT", now),
+            Some(MAX_RETRY_AFTER)
+        );
+        assert_eq!(
+            parse_retry_after("Thu, 01 Jan 1970 00:00:00 GMT", now),
+            Some(Duration::ZERO),
+            "a past date means now"
+        );
+        assert_eq!(
+            parse_retry_after("Fri, 31 Dec 9999 23:59:59 GMT", SystemTime::UNIX_EPOCH),
+            Some(MAX_RETRY_AFTER)
+        );
+    }
+
+    proptest::proptest! {
+        /// Any header value, at any clock: a value no larger than the cap, never a panic.
+        #[test]
+        fn retry_after_never_panics_and_stays_capped(
+            value in "\\PC{0,40}|[0-9]{1,40}|(Mon|Sun), [0-9]{2} (Jan|Dec) [0-9]{4} [0-9]{2}:[0-9]{2}:[0-9]{2} GMT",
+            now_secs in 0u64..=(1u64 << 40),
+        ) {
+            let now = SystemTime::UNIX_EPOCH + Duration::from_secs(now_secs);
+            if let Some(d) = parse_retry_after(&value, now) {
+                proptest::prop_assert!(d <= MAX_RETRY_AFTER);
+            }
+        }
     }
 
     fn engine(allow: &[&str]) -> Engine {
