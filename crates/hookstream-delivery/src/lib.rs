@@ -9,10 +9,12 @@
 
 pub mod ssrf;
 
+use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::{Bytes, BytesMut};
+use hookstream_egress::{redact_text, validate_endpoint_url, UrlError};
 use hookstream_signing::{signature_header, Secret, HEADER_ID, HEADER_SIGNATURE, HEADER_TIMESTAMP};
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
@@ -142,12 +144,23 @@ impl Outcome {
 }
 
 /// Where and how to deliver.
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone, Copy)]
 pub struct Target<'a> {
+    /// May be a capability (a token in the path or query): shown only redacted.
     pub url: &'a str,
     pub timeout: Duration,
     /// Every active secret signs (rotation window).
     pub secrets: &'a [Secret],
+}
+
+impl fmt::Debug for Target<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Target")
+            .field("url", &hookstream_egress::redact(self.url))
+            .field("timeout", &self.timeout)
+            .field("secrets", &self.secrets.len())
+            .finish()
+    }
 }
 
 /// What to deliver.
@@ -181,7 +194,11 @@ impl Engine {
             .user_agent(&cfg.user_agent)
             .dns_resolver(Arc::new(ssrf::GuardedResolver::new(policy.clone())));
         builder = match &cfg.proxy {
-            Some(p) => builder.proxy(reqwest::Proxy::all(p).map_err(|e| EngineError::Proxy(e.to_string()))?),
+            // The proxy URL may carry credentials: the error names it only in redacted form.
+            Some(p) => builder.proxy(
+                reqwest::Proxy::all(p)
+                    .map_err(|e| EngineError::Proxy(redact_text(&e.without_url().to_string(), p)))?,
+            ),
             // Never pick up HTTP_PROXY from the environment by accident.
             None => builder.no_proxy(),
         };
@@ -227,7 +244,7 @@ impl Engine {
         let response = match request.send().await {
             Ok(r) => r,
             Err(e) => {
-                let (class, error) = classify_error(&e);
+                let (class, error) = classify_error(e, target.url);
                 return Outcome::failed(
                     Verdict::Retryable.unless_blocked(class),
                     class,
@@ -255,31 +272,17 @@ impl Engine {
         }
     }
 
+    /// Checks the URL before any connection: forbidden IP literals are `SsrfBlocked` (they
+    /// never reach the resolver that checks host names), anything else wrong is `InvalidUrl`.
+    /// The error text never contains the URL.
     fn check_url(&self, raw: &str) -> Result<reqwest::Url, (ErrorClass, String)> {
-        let url =
-            reqwest::Url::parse(raw).map_err(|e| (ErrorClass::InvalidUrl, format!("invalid url: {e}")))?;
-        if !matches!(url.scheme(), "http" | "https") {
-            return Err((
-                ErrorClass::InvalidUrl,
-                format!("unsupported scheme {}", url.scheme()),
-            ));
-        }
-        // IP literals are connected to without a resolver, so they are checked here.
-        let literal = match url.host() {
-            Some(url::Host::Ipv4(v4)) => Some(std::net::IpAddr::V4(v4)),
-            Some(url::Host::Ipv6(v6)) => Some(std::net::IpAddr::V6(v6)),
-            Some(url::Host::Domain(_)) => None,
-            None => return Err((ErrorClass::InvalidUrl, "url has no host".into())),
-        };
-        if let Some(ip) = literal {
-            if !self.policy.permits(ip) {
-                return Err((
-                    ErrorClass::SsrfBlocked,
-                    format!("destination address {ip} is forbidden"),
-                ));
-            }
-        }
-        Ok(url)
+        validate_endpoint_url(raw, &self.policy).map_err(|e| {
+            let class = match e {
+                UrlError::Forbidden { .. } => ErrorClass::SsrfBlocked,
+                _ => ErrorClass::InvalidUrl,
+            };
+            (class, e.to_string())
+        })
     }
 
     async fn read_capped(&self, mut response: reqwest::Response) -> Bytes {
@@ -318,12 +321,16 @@ pub fn classify_status(status: u16) -> (Verdict, ErrorClass) {
     }
 }
 
-fn classify_error(e: &reqwest::Error) -> (ErrorClass, String) {
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+/// The class of a transport failure and a readable description of it. The description is
+/// built from the error without its URL and from its source chain, then stripped of `url` in
+/// any form and of its secret parts: a library may quote the URL anywhere.
+fn classify_error(e: reqwest::Error, url: &str) -> (ErrorClass, String) {
+    let e = e.without_url();
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&e);
     let mut chain = String::new();
     while let Some(err) = source {
         if let Some(blocked) = err.downcast_ref::<SsrfBlocked>() {
-            return (ErrorClass::SsrfBlocked, blocked.to_string());
+            return (ErrorClass::SsrfBlocked, redact_text(&blocked.to_string(), url));
         }
         if !chain.is_empty() {
             chain.push_str(": ");
@@ -341,17 +348,26 @@ fn classify_error(e: &reqwest::Error) -> (ErrorClass, String) {
     } else {
         ErrorClass::Other
     };
-    (class, chain)
+    (class, redact_text(&chain, url))
 }
 
-/// Parses `Retry-After` (delay-seconds or an HTTP date).
+/// The longest `Retry-After` believed: one year. Longer values (or far-future dates) are
+/// saturated to it, so the value is safe to add to any clock; the dispatcher clamps further
+/// with `retry.max_retry_after_ms`.
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(365 * 24 * 60 * 60);
+
+/// Parses `Retry-After`: delay-seconds (digits only; too large a number saturates) or an HTTP
+/// date (a past date is zero). The result is at most [`MAX_RETRY_AFTER`]; `None` when the
+/// value is neither.
 pub fn parse_retry_after(value: &str, now: SystemTime) -> Option<Duration> {
     let value = value.trim();
-    if let Ok(secs) = value.parse::<u64>() {
-        return Some(Duration::from_secs(secs));
+    if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) {
+        // All digits: it only fails to parse by overflowing u64.
+        let secs = value.parse::<u64>().unwrap_or(u64::MAX);
+        return Some(Duration::from_secs(secs).min(MAX_RETRY_AFTER));
     }
     let when = httpdate::parse_http_date(value).ok()?;
-    Some(when.duration_since(now).unwrap_or_default())
+    Some(when.duration_since(now).unwrap_or_default().min(MAX_RETRY_AFTER))
 }
 
 fn unix_now() -> i64 {
@@ -385,6 +401,50 @@ mod tests {
         let later = httpdate::fmt_http_date(now + Duration::from_secs(120));
         assert_eq!(parse_retry_after(&later, now), Some(Duration::from_secs(120)));
         assert_eq!(parse_retry_after("soon", now), None);
+        assert_eq!(parse_retry_after(" 10 ", now), Some(Duration::from_secs(10)));
+        for invalid in ["", "-5", "+5", "1.5", "1e9", "0x10"] {
+            assert_eq!(parse_retry_after(invalid, now), None, "{invalid:?}");
+        }
+    }
+
+    #[test]
+    fn retry_after_saturates_at_the_cap() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000_000);
+        for huge in [
+            "31536001",
+            "18446744073709551615",
+            "18446744073709551616",
+            "99999999999999999999999999999999999999999999",
+        ] {
+            assert_eq!(parse_retry_after(huge, now), Some(MAX_RETRY_AFTER), "{huge}");
+        }
+        assert_eq!(
+            parse_retry_after("Fri, 31 Dec 9999 23:59:59 GMT", now),
+            Some(MAX_RETRY_AFTER)
+        );
+        assert_eq!(
+            parse_retry_after("Thu, 01 Jan 1970 00:00:00 GMT", now),
+            Some(Duration::ZERO),
+            "a past date means now"
+        );
+        assert_eq!(
+            parse_retry_after("Fri, 31 Dec 9999 23:59:59 GMT", SystemTime::UNIX_EPOCH),
+            Some(MAX_RETRY_AFTER)
+        );
+    }
+
+    proptest::proptest! {
+        /// Any header value, at any clock: a value no larger than the cap, never a panic.
+        #[test]
+        fn retry_after_never_panics_and_stays_capped(
+            value in "\\PC{0,40}|[0-9]{1,40}|(Mon|Sun), [0-9]{2} (Jan|Dec) [0-9]{4} [0-9]{2}:[0-9]{2}:[0-9]{2} GMT",
+            now_secs in 0u64..=(1u64 << 40),
+        ) {
+            let now = SystemTime::UNIX_EPOCH + Duration::from_secs(now_secs);
+            if let Some(d) = parse_retry_after(&value, now) {
+                proptest::prop_assert!(d <= MAX_RETRY_AFTER);
+            }
+        }
     }
 
     fn engine(allow: &[&str]) -> Engine {

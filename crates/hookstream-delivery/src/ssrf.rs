@@ -1,15 +1,15 @@
-//! Which addresses a delivery may connect to (invariant 6).
+//! The connect-time half of the address policy (invariant 6).
 //!
 //! The check runs on the addresses a host name actually resolves to, inside the resolver the
 //! HTTP client connects with, so a name that resolves (or re-resolves, DNS rebinding) to a
-//! private address is refused at connect time. IP-literal URLs never reach a resolver and are
-//! checked before the request, in whatever notation the URL parser accepted
-//! (`0x7f.1`, `2130706433`, `[::ffff:127.0.0.1]` all parse to the address they mean).
+//! forbidden address is refused at connect time. IP-literal URLs never reach a resolver and
+//! are checked before the request by `hookstream_egress::validate_endpoint_url`. Which
+//! addresses are forbidden is `hookstream_egress::policy`'s business.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::Arc;
 
-use ipnet::IpNet;
+pub use hookstream_egress::{is_forbidden, AddressPolicy};
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 
 /// Refused because the destination address is not public.
@@ -17,74 +17,8 @@ use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 #[error("destination {host} resolves only to forbidden addresses ({addrs})")]
 pub struct SsrfBlocked {
     pub host: String,
+    /// Each refused address and the range that refused it.
     pub addrs: String,
-}
-
-/// The allow-list; everything not public and not allow-listed is refused.
-#[derive(Debug, Clone, Default)]
-pub struct AddressPolicy {
-    allow: Vec<IpNet>,
-}
-
-impl AddressPolicy {
-    pub fn new(allow: Vec<IpNet>) -> Self {
-        Self { allow }
-    }
-
-    pub fn permits(&self, ip: IpAddr) -> bool {
-        let ip = canonical(ip);
-        self.allow.iter().any(|net| net.contains(&ip)) || !is_forbidden(ip)
-    }
-}
-
-/// IPv4-mapped IPv6 (`::ffff:a.b.c.d`) is the IPv4 address it carries.
-fn canonical(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(IpAddr::V6(v6)),
-        v4 => v4,
-    }
-}
-
-/// Private, loopback, link-local (cloud metadata), CGNAT, unique-local, multicast, reserved
-/// and documentation ranges, and IPv6 forms that embed an IPv4 address we would refuse.
-pub fn is_forbidden(ip: IpAddr) -> bool {
-    match canonical(ip) {
-        IpAddr::V4(v4) => forbidden_v4(v4),
-        IpAddr::V6(v6) => forbidden_v6(v6),
-    }
-}
-
-fn forbidden_v4(ip: Ipv4Addr) -> bool {
-    let [a, b, c, _] = ip.octets();
-    ip.is_unspecified()
-        || a == 0                                   // 0.0.0.0/8 "this network"
-        || ip.is_loopback()                         // 127.0.0.0/8
-        || ip.is_private()                          // 10/8, 172.16/12, 192.168/16
-        || ip.is_link_local()                       // 169.254/16, incl. 169.254.169.254 metadata
-        || (a == 100 && (64..128).contains(&b))     // 100.64/10 CGNAT (and 100.100.100.200 metadata)
-        || (a == 192 && b == 0 && c == 0)           // 192.0.0/24 IETF protocol assignments
-        || (a == 192 && b == 0 && c == 2)           // TEST-NET-1
-        || (a == 198 && (b & 0xfe) == 18)           // 198.18/15 benchmarking
-        || (a == 198 && b == 51 && c == 100)        // TEST-NET-2
-        || (a == 203 && b == 0 && c == 113)         // TEST-NET-3
-        || ip.is_multicast()                        // 224/4
-        || a >= 240 // 240/4 reserved, broadcast
-}
-
-fn forbidden_v6(ip: Ipv6Addr) -> bool {
-    let seg = ip.segments();
-    let embedded_v4 = |hi: u16, lo: u16| Ipv4Addr::new((hi >> 8) as u8, hi as u8, (lo >> 8) as u8, lo as u8);
-    ip.is_unspecified()
-        || ip.is_loopback()
-        || (seg[0] & 0xfe00) == 0xfc00              // fc00::/7 unique local (incl. fd00:ec2::254)
-        || (seg[0] & 0xffc0) == 0xfe80              // fe80::/10 link local
-        || (seg[0] & 0xffc0) == 0xfec0              // fec0::/10 site local (deprecated)
-        || (seg[0] & 0xff00) == 0xff00              // multicast
-        || (seg[0] == 0x2001 && seg[1] == 0x0db8)   // documentation
-        || (seg[0] == 0x2001 && seg[1] == 0)        // Teredo tunnels to anywhere
-        || (seg[0..6] == [0, 0, 0, 0, 0, 0])        // ::a.b.c.d, IPv4-compatible (deprecated)
-        || (seg[0] == 0x0064 && seg[1] == 0xff9b && forbidden_v4(embedded_v4(seg[6], seg[7]))) // NAT64
-        || (seg[0] == 0x2002 && forbidden_v4(embedded_v4(seg[1], seg[2]))) // 6to4
 }
 
 /// A resolver for the HTTP client that drops forbidden addresses and fails when none is left.
@@ -105,14 +39,21 @@ impl Resolve for GuardedResolver {
         Box::pin(async move {
             let host = name.as_str().to_string();
             let resolved: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
-            let (ok, refused): (Vec<SocketAddr>, Vec<SocketAddr>) =
-                resolved.into_iter().partition(|a| policy.permits(a.ip()));
+            if resolved.is_empty() {
+                // Nothing was refused: a transient DNS answer, not a policy decision.
+                let e = std::io::Error::new(std::io::ErrorKind::NotFound, "no address found");
+                return Err(Box::new(e) as Box<dyn std::error::Error + Send + Sync>);
+            }
+            let mut ok = Vec::new();
+            let mut refused = Vec::new();
+            for addr in resolved {
+                match policy.check(addr.ip()) {
+                    Ok(()) => ok.push(addr),
+                    Err(why) => refused.push(format!("{} in {why}", addr.ip())),
+                }
+            }
             if ok.is_empty() {
-                let addrs = refused
-                    .iter()
-                    .map(|a| a.ip().to_string())
-                    .collect::<Vec<_>>()
-                    .join(", ");
+                let addrs = refused.join(", ");
                 return Err(Box::new(SsrfBlocked { host, addrs }) as Box<dyn std::error::Error + Send + Sync>);
             }
             Ok(Box::new(ok.into_iter()) as Addrs)
@@ -122,12 +63,16 @@ impl Resolve for GuardedResolver {
 
 #[cfg(test)]
 mod tests {
+    use std::net::IpAddr;
+
     use super::*;
 
     fn ip(s: &str) -> IpAddr {
         s.parse().unwrap()
     }
 
+    /// The policy moved to `hookstream-egress`; these are the addresses callers of the old
+    /// `ssrf` module relied on, through the re-exports.
     #[test]
     fn refuses_every_non_public_range() {
         for s in [
