@@ -9,12 +9,20 @@
 
 #![forbid(unsafe_code)]
 
+mod kafka;
+mod retry;
+mod secrets;
+
 use std::path::Path;
 
 use figment::providers::{Env, Format, Serialized, Toml};
 use figment::{Figment, Provider};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
+
+pub use kafka::{KafkaConfig, TopicSettings, TopicsConfig, PROTECTED_CLIENT_KEYS};
+pub use retry::{human_delay, RetryConfig, Tier, HOPS_PER_DELAY, RETRY_AFTER_CAP_LIMIT_MS};
+pub use secrets::SecretsConfig;
 
 /// Prefix of every configuration environment variable.
 pub const ENV_PREFIX: &str = "HOOKSTREAM_";
@@ -44,10 +52,19 @@ pub const SECTIONS: &[&str] = &[
     "secrets",
 ];
 
-/// Loads a configuration: defaults, then `file` (if given), then the environment.
+/// A configuration (or a section of one) that can tell whether its values can work: values
+/// that parse but cannot (an empty retry schedule, a jitter of 1, a zero cap, a safety
+/// setting switched off) are refused before anything is bound or connected, with a message
+/// that names the key.
+pub trait Validate {
+    fn validate(&self) -> Result<(), ConfigError>;
+}
+
+/// Loads a configuration: defaults, then `file` (if given), then the environment; then
+/// validates it.
 pub fn load<T>(file: Option<&Path>) -> Result<T, ConfigError>
 where
-    T: DeserializeOwned + Serialize + Default,
+    T: DeserializeOwned + Serialize + Default + Validate,
 {
     let defaults = Figment::from(Serialized::defaults(T::default()));
     let own: Vec<String> = defaults
@@ -67,26 +84,30 @@ where
         figment = figment.merge(Toml::file(path));
     }
     figment = figment.merge(env_provider(own));
-    figment.extract().map_err(|e| ConfigError(e.to_string()))
+    let cfg: T = figment.extract().map_err(|e| ConfigError(e.to_string()))?;
+    cfg.validate()?;
+    Ok(cfg)
 }
 
-/// Defaults, then `text` as the file's contents (TOML); no environment. The same parsing and
-/// rejection of unknown keys as `load`, for tests and the fuzzer.
+/// Defaults, then `text` as the file's contents (TOML); no environment. The same parsing,
+/// rejection of unknown keys and validation as `load`, for tests and the fuzzer.
 pub fn load_toml_str<T>(text: &str) -> Result<T, ConfigError>
 where
-    T: DeserializeOwned + Serialize + Default,
+    T: DeserializeOwned + Serialize + Default + Validate,
 {
-    Figment::from(Serialized::defaults(T::default()))
+    let cfg: T = Figment::from(Serialized::defaults(T::default()))
         .merge(Toml::string(text))
         .extract()
-        .map_err(|e| ConfigError(e.to_string()))
+        .map_err(|e| ConfigError(e.to_string()))?;
+    cfg.validate()?;
+    Ok(cfg)
 }
 
 /// `load` for a service's `main`: on a bad configuration, prints `<program>: <error>` and
 /// exits with code 2 before anything is bound or connected.
 pub fn load_or_exit<T>(program: &str, file: Option<&Path>) -> T
 where
-    T: DeserializeOwned + Serialize + Default,
+    T: DeserializeOwned + Serialize + Default + Validate,
 {
     load(file).unwrap_or_else(|e| {
         eprintln!("{program}: {e}");
@@ -126,48 +147,6 @@ impl Default for DatabaseConfig {
     }
 }
 
-/// Topic names; overridable so several deployments (or tests) can share one cluster.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields, default)]
-pub struct TopicsConfig {
-    pub events: String,
-    pub dlq: String,
-    pub attempts: String,
-}
-
-impl Default for TopicsConfig {
-    fn default() -> Self {
-        Self {
-            events: "hookstream.events".into(),
-            dlq: "hookstream.dlq".into(),
-            attempts: "hookstream.attempts".into(),
-        }
-    }
-}
-
-/// How to reach Kafka.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields, default)]
-pub struct KafkaConfig {
-    pub brokers: String,
-    pub topics: TopicsConfig,
-    /// Consumer group of the dispatcher on the events topic.
-    pub group_id: String,
-    /// Extra librdkafka properties (e.g. `security.protocol`), applied last.
-    pub client: std::collections::BTreeMap<String, String>,
-}
-
-impl Default for KafkaConfig {
-    fn default() -> Self {
-        Self {
-            brokers: "127.0.0.1:9092".into(),
-            topics: TopicsConfig::default(),
-            group_id: "hookstream-dispatcher".into(),
-            client: Default::default(),
-        }
-    }
-}
-
 /// Logs, and the HTTP listener for `/metrics` and `/healthz`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields, default)]
@@ -190,155 +169,40 @@ impl Default for TelemetryConfig {
     }
 }
 
-/// The retry schedule and its delay-tier topics (one topic per distinct delay).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields, default)]
-pub struct RetryConfig {
-    /// Hand retryable failures to the delay tiers (false: dead-letter them at once).
-    pub enabled: bool,
-    /// Delay before attempt 2, 3, … in milliseconds; after the last, the DLQ.
-    pub schedule_ms: Vec<u64>,
-    /// Each delay is multiplied by a random factor in [1 − jitter, 1 + jitter].
-    pub jitter: f64,
-    /// Timeouts and HTTP 429 wait at least this long.
-    pub min_throttled_delay_ms: u64,
-    /// A receiver's `Retry-After` is honoured up to this long.
-    pub max_retry_after_ms: u64,
-    /// Tier topics are `<prefix><delay>`, e.g. `hookstream.retry.5m`.
-    pub topic_prefix: String,
-    /// Consumer group of the dispatchers' retry role.
-    pub group_id: String,
-    /// Partitions of each tier topic when the dispatcher creates it.
-    pub partitions: i32,
-}
-
-impl Default for RetryConfig {
-    fn default() -> Self {
-        const S: u64 = 1000;
-        Self {
-            enabled: true,
-            schedule_ms: vec![
-                5 * S,
-                300 * S,
-                1800 * S,
-                7200 * S,
-                18000 * S,
-                36000 * S,
-                36000 * S,
-            ],
-            jitter: 0.2,
-            min_throttled_delay_ms: 60 * S,
-            max_retry_after_ms: 86_400 * S,
-            topic_prefix: "hookstream.retry.".into(),
-            group_id: "hookstream-dispatcher-retry".into(),
-            partitions: 6,
+impl Validate for DatabaseConfig {
+    fn validate(&self) -> Result<(), ConfigError> {
+        if !(self.url.starts_with("postgres://") || self.url.starts_with("postgresql://")) {
+            return Err(ConfigError::new(
+                "database.url must be a postgres:// or postgresql:// URL",
+            ));
         }
-    }
-}
-
-impl RetryConfig {
-    /// The tiers: distinct delays, shortest first, with their topic names.
-    pub fn tiers(&self) -> Vec<(u64, String)> {
-        let mut delays = self.schedule_ms.clone();
-        delays.sort_unstable();
-        delays.dedup();
-        delays
-            .into_iter()
-            .map(|d| (d, format!("{}{}", self.topic_prefix, human_delay(d))))
-            .collect()
-    }
-
-    /// The tier for a message due `delay_ms` from now: the shortest tier at least that long
-    /// (so the head of a tier is always the earliest due), else the longest.
-    pub fn tier_for(&self, delay_ms: u64) -> String {
-        let tiers = self.tiers();
-        tiers
-            .iter()
-            .find(|(d, _)| *d >= delay_ms)
-            .or(tiers.last())
-            .map(|(_, t)| t.clone())
-            .unwrap_or_else(|| format!("{}0s", self.topic_prefix))
-    }
-}
-
-/// The keys that seal endpoint signing secrets at rest (AES-256-GCM). A key is written
-/// `<id>:<64 hex digits>` (32 random bytes; `hookstream secrets generate-key` makes one).
-/// `key` seals new secrets; it and `previous_keys` open existing ones, so a key can be
-/// rotated: add the new key as `key`, move the old one to `previous_keys`, run
-/// `hookstream secrets seal` to re-seal every secret, then drop the old key.
-/// `key_file` names a file with one key per line (first line: the sealing key), for keys
-/// mounted from a secret store; it is read when `key` is empty.
-#[derive(Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields, default)]
-pub struct SecretsConfig {
-    pub key: String,
-    pub previous_keys: Vec<String>,
-    pub key_file: Option<std::path::PathBuf>,
-}
-
-impl std::fmt::Debug for SecretsConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SecretsConfig")
-            .field("key", &if self.key.is_empty() { "" } else { "<redacted>" })
-            .field(
-                "previous_keys",
-                &format!("<{} redacted>", self.previous_keys.len()),
-            )
-            .field("key_file", &self.key_file)
-            .finish()
-    }
-}
-
-impl SecretsConfig {
-    /// Every configured key, the sealing key first (empty when none is configured).
-    pub fn keys(&self) -> Result<Vec<String>, ConfigError> {
-        let mut keys = Vec::new();
-        if !self.key.is_empty() {
-            keys.push(self.key.trim().to_string());
-        } else if let Some(path) = &self.key_file {
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| ConfigError(format!("cannot read secrets.key_file {}: {e}", path.display())))?;
-            keys.extend(
-                text.lines()
-                    .map(str::trim)
-                    .filter(|l| !l.is_empty() && !l.starts_with('#'))
-                    .map(String::from),
-            );
+        if self.max_connections == 0 {
+            return Err(ConfigError::new("database.max_connections must be at least 1"));
         }
-        keys.extend(self.previous_keys.iter().map(|k| k.trim().to_string()));
-        Ok(keys)
+        Ok(())
     }
 }
 
-/// `5000` → `5s`, `300000` → `5m`, `7200000` → `2h`, `1500` → `1500ms`.
-fn human_delay(ms: u64) -> String {
-    match ms {
-        0 => "0s".into(),
-        ms if ms % 3_600_000 == 0 => format!("{}h", ms / 3_600_000),
-        ms if ms % 60_000 == 0 => format!("{}m", ms / 60_000),
-        ms if ms % 1_000 == 0 => format!("{}s", ms / 1_000),
-        ms => format!("{ms}ms"),
+impl Validate for TelemetryConfig {
+    fn validate(&self) -> Result<(), ConfigError> {
+        if !matches!(self.log_format.as_str(), "text" | "json") {
+            return Err(ConfigError::new(format!(
+                "telemetry.log_format must be \"text\" or \"json\", not {:?}",
+                self.log_format
+            )));
+        }
+        match self.listen.rsplit_once(':') {
+            Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => Ok(()),
+            _ => Err(ConfigError::new(format!(
+                "telemetry.listen must be host:port, not {:?}",
+                self.listen
+            ))),
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
-    #[test]
-    fn retry_tiers_are_distinct_delays_with_readable_names() {
-        let r = RetryConfig::default();
-        let names: Vec<String> = r.tiers().into_iter().map(|(_, t)| t).collect();
-        assert_eq!(
-            names,
-            ["5s", "5m", "30m", "2h", "5h", "10h"]
-                .map(|d| format!("hookstream.retry.{d}"))
-                .to_vec()
-        );
-        assert_eq!(r.tier_for(4_000), "hookstream.retry.5s");
-        assert_eq!(r.tier_for(61_000), "hookstream.retry.5m");
-        assert_eq!(r.tier_for(100 * 3_600_000), "hookstream.retry.10h");
-        assert_eq!(human_delay(1_500), "1500ms");
-    }
-
     use super::*;
 
     #[derive(Debug, Default, Serialize, Deserialize, PartialEq)]
@@ -346,6 +210,13 @@ mod tests {
     struct Cfg {
         database: DatabaseConfig,
         kafka: KafkaConfig,
+    }
+
+    impl Validate for Cfg {
+        fn validate(&self) -> Result<(), ConfigError> {
+            self.database.validate()?;
+            self.kafka.validate()
+        }
     }
 
     #[test]
@@ -376,6 +247,15 @@ mod tests {
             assert!(err.to_string().contains("urll"), "{err}");
             Ok(())
         });
+    }
+
+    #[test]
+    fn values_that_cannot_work_are_refused_after_parsing() {
+        let err = load_toml_str::<Cfg>("[kafka.client]\n\"enable.idempotence\" = \"false\"\n").unwrap_err();
+        assert!(err.to_string().contains("kafka.client.\"enable.idempotence\""), "{err}");
+        let err = load_toml_str::<Cfg>("[database]\nmax_connections = 0\n").unwrap_err();
+        assert!(err.to_string().contains("database.max_connections"), "{err}");
+        load_toml_str::<Cfg>("").unwrap();
     }
 
     #[test]
