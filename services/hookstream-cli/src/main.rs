@@ -14,7 +14,8 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context as _};
 use clap::{Args, Parser, Subcommand};
-use hookstream_config::{DatabaseConfig, KafkaConfig, RetryConfig, SecretsConfig};
+use hookstream_config::{DatabaseConfig, KafkaConfig, RetryConfig, SecretsConfig, Validate};
+use hookstream_kafka::topics;
 use hookstream_store::outbox::NewEvent;
 use hookstream_store::sqlx::PgPool;
 use hookstream_store::{endpoints, outbox, tenants, StoreError};
@@ -72,12 +73,19 @@ enum Command {
 
 #[derive(Subcommand)]
 enum TopicsCmd {
-    /// Create the events, DLQ and attempts topics if missing.
+    /// Create the events, DLQ, attempts and retry-tier topics if missing, with the partitions,
+    /// replication and retention of `[kafka.topic_settings]` and `[retry]`; check that every
+    /// tier keeps its records long enough (its delay plus `retry.retention_headroom_ms`).
     Create {
-        #[arg(long, default_value_t = 6)]
-        partitions: i32,
-        #[arg(long, default_value_t = 1)]
-        replication: i32,
+        /// Partitions of the events, DLQ and attempts topics (default: kafka.topic_settings.partitions).
+        #[arg(long)]
+        partitions: Option<i32>,
+        /// Replication factor of every topic (default: kafka.topic_settings.replication_factor).
+        #[arg(long)]
+        replication: Option<i32>,
+        /// Also bring existing topics' retention and timestamp type in line.
+        #[arg(long)]
+        fix: bool,
     },
 }
 
@@ -164,7 +172,8 @@ struct EventPublish {
     tenant: String,
     #[arg(long = "type")]
     event_type: String,
-    /// Aggregate id: events of one aggregate are delivered in order.
+    /// Aggregate id: events of one aggregate reach Kafka in commit order (the dispatcher may
+    /// still deliver them concurrently: receivers must not rely on arrival order).
     #[arg(long, default_value = "")]
     aggregate: String,
     #[arg(long, default_value = "")]
@@ -189,7 +198,8 @@ enum OutboxCmd {
     },
 }
 
-/// The CLI reads the services' [database] and [kafka] sections and ignores the rest.
+/// The CLI reads the services' [database], [kafka], [retry], [secrets] and
+/// [delivery].allow_cidrs and ignores the rest.
 #[derive(Debug, Default, Serialize, Deserialize)]
 #[serde(default)]
 struct CliConfig {
@@ -197,6 +207,24 @@ struct CliConfig {
     kafka: KafkaConfig,
     retry: RetryConfig,
     secrets: SecretsConfig,
+    delivery: CliDelivery,
+}
+
+/// What the CLI needs of `[delivery]`: the SSRF allow-list, which endpoint creation applies
+/// to IP-literal URLs as the dispatcher does.
+#[derive(Debug, Default, Serialize, Deserialize)]
+#[serde(default)]
+struct CliDelivery {
+    allow_cidrs: Vec<ipnet::IpNet>,
+}
+
+impl Validate for CliConfig {
+    fn validate(&self) -> Result<(), hookstream_config::ConfigError> {
+        self.database.validate()?;
+        self.kafka.validate()?;
+        self.retry.validate()?;
+        self.secrets.validate()
+    }
 }
 
 #[tokio::main]
@@ -240,19 +268,37 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Topics(TopicsCmd::Create {
             partitions,
             replication,
+            fix,
         }) => {
-            let t = &cfg.kafka.topics;
-            let tiers = cfg.retry.tiers();
-            let mut topics = vec![
-                (t.events.as_str(), partitions),
-                (t.dlq.as_str(), partitions),
-                (t.attempts.as_str(), partitions),
-            ];
-            topics.extend(tiers.iter().map(|(_, name)| (name.as_str(), partitions)));
-            hookstream_kafka::ensure_topics(&cfg.kafka, &topics, replication)
+            if let Some(p) = partitions {
+                cfg.kafka.topic_settings.partitions = p;
+            }
+            if let Some(r) = replication {
+                cfg.kafka.topic_settings.replication_factor = r;
+                cfg.kafka.validate()?;
+            }
+            let mut specs = topics::main_specs(&cfg.kafka);
+            if cfg.retry.enabled {
+                specs.extend(topics::tier_specs(&cfg.kafka, &cfg.retry));
+            }
+            hookstream_kafka::ensure_topics(&cfg.kafka, &specs)
                 .await
                 .with_context(|| format!("creating topics on {}", cfg.kafka.brokers))?;
-            let names: Vec<&str> = topics.iter().map(|(n, _)| *n).collect();
+            if fix {
+                for f in topics::fix(&cfg.kafka, &specs).await? {
+                    println!(
+                        "{}: {} {} -> {}",
+                        f.topic,
+                        f.key,
+                        f.from.as_deref().unwrap_or("(default)"),
+                        f.to
+                    );
+                }
+            }
+            if cfg.retry.enabled {
+                topics::check_tiers(&cfg.kafka, &cfg.retry).await?;
+            }
+            let names: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
             println!("topics ready: {}", names.join(", "));
             Ok(())
         }
@@ -263,13 +309,14 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             match command {
                 Command::Dlq(cmd) => dlq::run(cmd, &pool, &cfg.kafka, &cfg.retry).await,
                 Command::Event(EventCmd::Resend(a)) => dlq::resend(a, &pool, &cfg.kafka, &cfg.retry).await,
-                command => run_db(command, &pool, &cfg.secrets).await,
+                command => run_db(command, &pool, &cfg).await,
             }
         }
     }
 }
 
-async fn run_db(command: Command, pool: &PgPool, secrets_cfg: &SecretsConfig) -> anyhow::Result<()> {
+async fn run_db(command: Command, pool: &PgPool, cfg: &CliConfig) -> anyhow::Result<()> {
+    let secrets_cfg = &cfg.secrets;
     match command {
         Command::Migrate => {
             hookstream_store::migrate(pool).await?;
@@ -296,9 +343,11 @@ async fn run_db(command: Command, pool: &PgPool, secrets_cfg: &SecretsConfig) ->
         Command::Endpoint(EndpointCmd::Create(a)) => {
             let tenant_id = resolve_tenant(pool, &a.tenant).await?;
             let sealer = secrets::sealer(secrets_cfg)?;
+            let policy = hookstream_egress::AddressPolicy::new(cfg.delivery.allow_cidrs.clone());
             let (ep, secret) = endpoints::create(
                 pool,
                 &sealer,
+                &policy,
                 endpoints::NewEndpoint {
                     tenant_id,
                     url: a.url,

@@ -1,6 +1,7 @@
 //! `outbox-relay`: loads configuration and runs the service (see the library for how it works).
 
 use std::path::PathBuf;
+use std::process::ExitCode;
 
 use clap::Parser;
 
@@ -16,7 +17,7 @@ struct Args {
 }
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn main() -> ExitCode {
     let args = Args::parse();
     let cfg: outbox_relay::Config = hookstream_config::load_or_exit("outbox-relay", args.config.as_deref());
     let telemetry = cfg.telemetry.clone();
@@ -26,5 +27,4 @@ async fn main() -> anyhow::Result<()> {
         |registry, health, shutdown| async move { outbox_relay::run(cfg, &registry, health, shutdown).await },
     )
     .await
-    .map_err(anyhow::Error::from_boxed)
 }
