@@ -1,0 +1,55 @@
+//! librdkafka client configuration with Hookstream's safe defaults. The operator's
+//! `kafka.client` overrides are applied last; the safety settings themselves cannot be
+//! overridden (`hookstream_config::PROTECTED_CLIENT_KEYS`, refused at load time).
+
+use std::time::Duration;
+
+use hookstream_config::KafkaConfig;
+use rdkafka::config::ClientConfig;
+
+/// Base client configuration: brokers plus the operator's overrides (applied last).
+pub fn client_config(cfg: &KafkaConfig) -> ClientConfig {
+    let mut c = ClientConfig::new();
+    c.set("bootstrap.servers", &cfg.brokers);
+    for (k, v) in &cfg.client {
+        c.set(k, v);
+    }
+    c
+}
+
+/// An idempotent producer: acks=all, no reordering or duplicates on internal retries.
+/// A delivery future resolving `Ok` is Kafka's acknowledgement.
+pub fn producer_config(cfg: &KafkaConfig, message_timeout: Duration) -> ClientConfig {
+    let mut c = ClientConfig::new();
+    c.set("bootstrap.servers", &cfg.brokers)
+        .set("compression.type", "lz4")
+        .set("linger.ms", "2")
+        .set("message.timeout.ms", message_timeout.as_millis().to_string());
+    for (k, v) in &cfg.client {
+        c.set(k, v);
+    }
+    c.set("enable.idempotence", "true").set("acks", "all");
+    c
+}
+
+/// A consumer that only commits offsets the application stored explicitly
+/// (`enable.auto.offset.store=false`), with cooperative-sticky assignment. The session
+/// timeout is the broker's least by default (6 s): a member killed without leaving has its
+/// partitions reassigned that soon after its last heartbeat.
+pub fn consumer_config(cfg: &KafkaConfig, group_id: &str) -> ClientConfig {
+    let mut c = ClientConfig::new();
+    c.set("bootstrap.servers", &cfg.brokers)
+        .set("auto.commit.interval.ms", "1000")
+        .set("auto.offset.reset", "earliest")
+        .set("session.timeout.ms", "6000")
+        .set("heartbeat.interval.ms", "500")
+        .set("max.poll.interval.ms", "300000");
+    for (k, v) in &cfg.client {
+        c.set(k, v);
+    }
+    c.set("group.id", group_id)
+        .set("enable.auto.commit", "true")
+        .set("enable.auto.offset.store", "false")
+        .set("partition.assignment.strategy", "cooperative-sticky");
+    c
+}

@@ -1,0 +1,538 @@
+//! The tracked consumer: the one consume loop every Hookstream consumer group runs (the
+//! dispatchers' events role, the retry role, the DLQ sink).
+//!
+//! receive → track → run under a permit → store completed offsets → drain:
+//!
+//! - Every record received is begun in the [`OffsetTracker`]; its offset is stored only when
+//!   the handler finished it and every record before it in its partition is finished too
+//!   (invariant 1).
+//! - The handler turns a record into work and says when it may start: now, or at a time (a
+//!   retry tier's hop). Work runs in its own task under a permit from a fixed pool; a record
+//!   that must wait (for its time, or for a permit) is held at the head of its partition,
+//!   which is paused meanwhile. The consumer is polled all the time, also while every
+//!   partition is paused (`max.poll.interval.ms`, and rebalances are served only by polls).
+//! - A partition revoked in a rebalance is forgotten at once: what waited in it is dropped,
+//!   and completions of work still running for it are ignored (the new owner redoes it).
+//! - Nothing dies silently: a handler's fatal error, a panic in a task, or a fatal consumer
+//!   error ends `run` with an error (the service's supervisor then fails the process).
+//! - On shutdown no new record is taken; running work gets `grace` to finish, its offsets
+//!   are stored and committed, and the group is left. Unfinished work is redelivered to the
+//!   partition's next owner.
+//!
+//! Lag in messages and seconds is exported for the group (`lag.rs`).
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::FutureExt as _;
+use hookstream_config::KafkaConfig;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer};
+use rdkafka::error::KafkaError;
+use rdkafka::message::{BorrowedMessage, Headers as _};
+use rdkafka::{ClientContext, Message as _, Offset, TopicPartitionList};
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::lag::{self, ConsumerMetrics, LagGauges};
+use crate::tracker::{OffsetTracker, Ticket};
+
+/// How often lag is measured.
+const LAG_EVERY: Duration = Duration::from_secs(5);
+
+/// One record as a handler sees it (owned: it outlives the poll that returned it).
+#[derive(Debug, Clone)]
+pub struct Record {
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+    /// The record's timestamp (ms since the Unix epoch), when it has one.
+    pub timestamp_ms: Option<i64>,
+    pub key: Option<Bytes>,
+    pub payload: Bytes,
+    pub headers: Vec<(String, Bytes)>,
+}
+
+impl Record {
+    fn from_message(msg: &BorrowedMessage<'_>) -> Self {
+        let headers = msg
+            .headers()
+            .map(|hs| {
+                hs.iter()
+                    .map(|h| {
+                        (
+                            h.key.to_string(),
+                            h.value.map(Bytes::copy_from_slice).unwrap_or_default(),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        Self {
+            topic: msg.topic().to_string(),
+            partition: msg.partition(),
+            offset: msg.offset(),
+            timestamp_ms: msg.timestamp().to_millis(),
+            key: msg.key().map(Bytes::copy_from_slice),
+            payload: msg.payload().map(Bytes::copy_from_slice).unwrap_or_default(),
+            headers,
+        }
+    }
+
+    /// The value of a header, if the record has it.
+    pub fn header(&self, key: &str) -> Option<&[u8]> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_ref())
+    }
+}
+
+/// When a record's work may start.
+#[derive(Debug)]
+pub enum Start<W> {
+    /// As soon as a permit is free.
+    Now(W),
+    /// Not before `at_ms` (ms since the Unix epoch): the record is held at the head of its
+    /// partition, which is paused until then.
+    At { at_ms: i64, work: W },
+}
+
+/// How a record's work ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Done {
+    /// Finished or durably handed on: its offset may be stored.
+    Finished,
+    /// Left undone (shutdown): its offset must not be stored; the record is redelivered.
+    Unfinished,
+}
+
+/// The work cannot go on in this process (a producer that failed for good, say): the
+/// consumer stops and the service fails, so that an orchestrator restarts it.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{0}")]
+pub struct Fatal(pub String);
+
+/// What a consumer does with its records.
+pub trait Handler: Send + Sync + 'static {
+    type Work: Send + 'static;
+    /// Turns a record into work and says when it may start. Runs in the consume loop: it must
+    /// not block (decode, look at headers, decide).
+    fn prepare(&self, record: Record) -> Start<Self::Work>;
+    /// Does the work, in its own task, holding a permit.
+    fn run(self: Arc<Self>, work: Self::Work) -> impl Future<Output = Result<Done, Fatal>> + Send;
+}
+
+/// A consumer group member's settings.
+#[derive(Debug, Clone)]
+pub struct ConsumerSettings {
+    /// For logs: `events`, `retry`, `dlq_sink`.
+    pub role: &'static str,
+    pub group_id: String,
+    pub topics: Vec<String>,
+    /// Records taken up at once (running or waiting in their task).
+    pub max_in_flight: usize,
+    /// How long running work may take to finish at shutdown.
+    pub grace: Duration,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConsumerError {
+    #[error("kafka error: {0}")]
+    Kafka(#[from] KafkaError),
+    #[error("{role} consumer failed: {reason}")]
+    Fatal { role: &'static str, reason: String },
+}
+
+/// A record waiting at the head of its (paused) partition.
+struct Waiting<W> {
+    work: W,
+    ticket: Ticket,
+    /// Held until this time; `None`: due, waiting for a permit.
+    until_ms: Option<i64>,
+    /// Arrival order, so permits go to the longest waiting first.
+    seq: u64,
+}
+
+type Key = (String, i32);
+
+struct State<W> {
+    tracker: OffsetTracker,
+    waiting: HashMap<Key, Waiting<W>>,
+    /// Partitions assigned since the loop last looked (to resume: a partition may come back
+    /// paused from an earlier assignment).
+    assigned: Vec<Key>,
+}
+
+/// Forgets a partition's state the moment it is revoked, before anyone else owns it.
+struct TrackedContext<W> {
+    state: Arc<Mutex<State<W>>>,
+    role: &'static str,
+}
+
+impl<W: Send + 'static> ClientContext for TrackedContext<W> {}
+
+impl<W: Send + 'static> ConsumerContext for TrackedContext<W> {
+    fn pre_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        let mut state = lock(&self.state);
+        match rebalance {
+            Rebalance::Revoke(tpl) => {
+                for el in tpl.elements() {
+                    state.tracker.revoke(el.topic(), el.partition());
+                    state.waiting.remove(&(el.topic().to_string(), el.partition()));
+                }
+                tracing::info!(role = self.role, partitions = tpl.count(), "partitions revoked");
+            }
+            Rebalance::Assign(_) => {}
+            Rebalance::Error(e) => {
+                tracing::warn!(role = self.role, error = %e, "rebalance error, dropping all partition state");
+                state.tracker.revoke_all();
+                state.waiting.clear();
+            }
+        }
+    }
+
+    fn post_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        if let Rebalance::Assign(tpl) = rebalance {
+            let mut state = lock(&self.state);
+            for el in tpl.elements() {
+                state.assigned.push((el.topic().to_string(), el.partition()));
+            }
+            tracing::info!(role = self.role, partitions = tpl.count(), "partitions assigned");
+        }
+    }
+}
+
+fn lock<W>(state: &Mutex<State<W>>) -> std::sync::MutexGuard<'_, State<W>> {
+    // A panic while holding this lock would be a bug in this module; the state stays usable.
+    state.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+enum Completion {
+    Done(Ticket),
+    Fatal(String),
+}
+
+/// Runs a consumer group member until `shutdown`, then drains (see the module docs).
+pub async fn run<H: Handler>(
+    kafka: &KafkaConfig,
+    settings: ConsumerSettings,
+    handler: Arc<H>,
+    metrics: ConsumerMetrics,
+    shutdown: CancellationToken,
+) -> Result<(), ConsumerError> {
+    let state = Arc::new(Mutex::new(State::<H::Work> {
+        tracker: OffsetTracker::new(),
+        waiting: HashMap::new(),
+        assigned: Vec::new(),
+    }));
+    let consumer: Arc<StreamConsumer<TrackedContext<H::Work>>> = Arc::new(
+        crate::consumer_config(kafka, &settings.group_id).create_with_context(TrackedContext {
+            state: state.clone(),
+            role: settings.role,
+        })?,
+    );
+    let topics: Vec<&str> = settings.topics.iter().map(String::as_str).collect();
+    consumer.subscribe(&topics)?;
+    tracing::info!(role = settings.role, group = %settings.group_id, topics = ?settings.topics, "consuming");
+
+    let mut member = Member {
+        role: settings.role,
+        consumer: consumer.clone(),
+        state,
+        handler,
+        permits: Arc::new(Semaphore::new(settings.max_in_flight.max(1))),
+        tasks: TaskTracker::new(),
+        done: mpsc::unbounded_channel(),
+        seq: 0,
+        lag: LagGauges::new(metrics, settings.group_id.clone()),
+    };
+    let result = member.consume(&shutdown).await;
+    member.drain(settings.grace).await;
+    result
+}
+
+struct Member<H: Handler> {
+    role: &'static str,
+    consumer: Arc<StreamConsumer<TrackedContext<H::Work>>>,
+    state: Arc<Mutex<State<H::Work>>>,
+    handler: Arc<H>,
+    permits: Arc<Semaphore>,
+    tasks: TaskTracker,
+    done: (mpsc::UnboundedSender<Completion>, mpsc::UnboundedReceiver<Completion>),
+    seq: u64,
+    lag: LagGauges,
+}
+
+impl<H: Handler> Member<H> {
+    async fn consume(&mut self, shutdown: &CancellationToken) -> Result<(), ConsumerError> {
+        let mut lag_tick = tokio::time::interval(LAG_EVERY);
+        lag_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut measuring: Option<tokio::task::JoinHandle<Result<Vec<lag::PartitionLag>, KafkaError>>> = None;
+        loop {
+            self.resume_assigned();
+            let (next_hold, parked) = {
+                let state = lock(&self.state);
+                (
+                    state.waiting.values().filter_map(|w| w.until_ms).min(),
+                    state.waiting.values().any(|w| w.until_ms.is_none()),
+                )
+            };
+            let hold_sleep = next_hold.map(|at| Duration::from_millis((at - now_ms()).max(0) as u64));
+            tokio::select! {
+                biased;
+                _ = shutdown.cancelled() => return Ok(()),
+                Some(completion) = self.done.1.recv() => match completion {
+                    Completion::Done(ticket) => self.store(&ticket),
+                    Completion::Fatal(reason) => return Err(ConsumerError::Fatal { role: self.role, reason }),
+                },
+                _ = tokio::time::sleep(hold_sleep.unwrap_or(Duration::ZERO)), if hold_sleep.is_some() => {
+                    self.release_held();
+                }
+                permit = self.permits.clone().acquire_owned(), if parked => {
+                    if let Ok(permit) = permit {
+                        self.start_parked(permit);
+                    }
+                }
+                received = self.consumer.recv() => {
+                    match received {
+                        Ok(msg) => {
+                            let record = Record::from_message(&msg);
+                            drop(msg);
+                            self.take(record);
+                        }
+                        Err(e) => {
+                            if let Some((code, reason)) = self.consumer.client().fatal_error() {
+                                return Err(ConsumerError::Fatal { role: self.role, reason: format!("{code:?}: {reason}") });
+                            }
+                            tracing::warn!(role = self.role, error = %e, "kafka consumer error");
+                        }
+                    }
+                }
+                _ = lag_tick.tick(), if measuring.is_none() => {
+                    let c = self.consumer.clone();
+                    measuring = Some(tokio::task::spawn_blocking(move || lag::measure(&c)));
+                }
+                measured = async { measuring.as_mut().expect("guarded").await }, if measuring.is_some() => {
+                    measuring = None;
+                    match measured {
+                        Ok(Ok(lags)) => {
+                            let tracked = lock(&self.state).tracker.snapshot();
+                            self.lag.update(&lags, &tracked, now_ms());
+                        }
+                        Ok(Err(e)) => tracing::debug!(role = self.role, error = %e, "cannot measure lag"),
+                        Err(e) => return Err(ConsumerError::Fatal { role: self.role, reason: format!("lag measurement panicked: {e}") }),
+                    }
+                }
+            }
+        }
+    }
+
+    /// Begins a received record and starts it, holds it, or parks it.
+    fn take(&mut self, record: Record) {
+        let (topic, partition) = (record.topic.clone(), record.partition);
+        let ticket = lock(&self.state).tracker.begin(
+            &topic,
+            partition,
+            record.offset,
+            record.timestamp_ms.unwrap_or_else(now_ms),
+        );
+        let (work, until_ms) = match self.handler.prepare(record) {
+            Start::Now(work) => (work, None),
+            Start::At { at_ms, work } if at_ms > now_ms() => (work, Some(at_ms)),
+            Start::At { work, .. } => (work, None),
+        };
+        if until_ms.is_none() {
+            if let Ok(permit) = self.permits.clone().try_acquire_owned() {
+                self.spawn(work, ticket, permit);
+                return;
+            }
+        }
+        // Wait at the head of the partition: nothing behind it is fetched meanwhile.
+        self.set_paused(&topic, partition, true);
+        self.seq += 1;
+        lock(&self.state).waiting.insert(
+            (topic, partition),
+            Waiting {
+                work,
+                ticket,
+                until_ms,
+                seq: self.seq,
+            },
+        );
+    }
+
+    /// Held records whose time has come wait for a permit now (or start, if one is free).
+    fn release_held(&mut self) {
+        let now = now_ms();
+        let due: Vec<Key> = {
+            let mut state = lock(&self.state);
+            let due: Vec<Key> = state
+                .waiting
+                .iter()
+                .filter(|(_, w)| w.until_ms.is_some_and(|t| t <= now))
+                .map(|(k, _)| k.clone())
+                .collect();
+            for k in &due {
+                if let Some(w) = state.waiting.get_mut(k) {
+                    w.until_ms = None;
+                }
+            }
+            due
+        };
+        for _ in due {
+            match self.permits.clone().try_acquire_owned() {
+                Ok(permit) => self.start_parked(permit),
+                Err(_) => break,
+            }
+        }
+    }
+
+    /// Starts the record that has waited longest for a permit, and resumes its partition.
+    fn start_parked(&mut self, permit: OwnedSemaphorePermit) {
+        let next = {
+            let mut state = lock(&self.state);
+            let key = state
+                .waiting
+                .iter()
+                .filter(|(_, w)| w.until_ms.is_none())
+                .min_by_key(|(_, w)| w.seq)
+                .map(|(k, _)| k.clone());
+            key.and_then(|k| state.waiting.remove(&k).map(|w| (k, w)))
+        };
+        let Some(((topic, partition), waiting)) = next else {
+            return; // revoked meanwhile: the permit goes back
+        };
+        self.set_paused(&topic, partition, false);
+        self.spawn(waiting.work, waiting.ticket, permit);
+    }
+
+    fn spawn(&self, work: H::Work, ticket: Ticket, permit: OwnedSemaphorePermit) {
+        let handler = self.handler.clone();
+        let done = self.done.0.clone();
+        self.tasks.spawn(async move {
+            let _permit = permit;
+            let completion = match AssertUnwindSafe(handler.run(work)).catch_unwind().await {
+                Ok(Ok(Done::Finished)) => Completion::Done(ticket),
+                Ok(Ok(Done::Unfinished)) => return,
+                Ok(Err(Fatal(reason))) => Completion::Fatal(reason),
+                Err(panic) => Completion::Fatal(format!("a task panicked: {}", panic_message(panic))),
+            };
+            let _ = done.send(completion);
+        });
+    }
+
+    /// Resumes partitions assigned since the last turn (unless one of their records waits).
+    fn resume_assigned(&self) {
+        let assigned: Vec<Key> = {
+            let mut state = lock(&self.state);
+            let assigned = std::mem::take(&mut state.assigned);
+            assigned
+                .into_iter()
+                .filter(|k| !state.waiting.contains_key(k))
+                .collect()
+        };
+        for (topic, partition) in assigned {
+            self.set_paused(&topic, partition, false);
+        }
+    }
+
+    fn set_paused(&self, topic: &str, partition: i32, pause: bool) {
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition(topic, partition);
+        let result = if pause {
+            self.consumer.pause(&tpl)
+        } else {
+            self.consumer.resume(&tpl)
+        };
+        if let Err(e) = result {
+            // Revoked meanwhile: its new owner starts from the committed offset.
+            tracing::debug!(role = self.role, error = %e, topic, partition, pause, "pause/resume failed");
+        }
+    }
+
+    /// Marks a record finished and stores its partition's new committable offset, if it advanced.
+    fn store(&self, ticket: &Ticket) {
+        let Some(offset) = lock(&self.state).tracker.complete(ticket) else {
+            return;
+        };
+        let mut tpl = TopicPartitionList::new();
+        if tpl
+            .add_partition_offset(&ticket.topic, ticket.partition, Offset::Offset(offset))
+            .is_ok()
+        {
+            if let Err(e) = self.consumer.store_offsets(&tpl) {
+                // Revoked meanwhile; the new owner redoes the work.
+                tracing::debug!(role = self.role, error = %e, topic = %ticket.topic, partition = ticket.partition, "offset not stored");
+            }
+        }
+    }
+
+    /// No new records; running work finishes within `grace` and its offsets are stored; then
+    /// a final commit, and the group is left (off the runtime: these calls block).
+    async fn drain(mut self, grace: Duration) {
+        self.tasks.close();
+        lock(&self.state).waiting.clear();
+        let deadline = tokio::time::sleep(grace);
+        tokio::pin!(deadline);
+        loop {
+            tokio::select! {
+                Some(completion) = self.done.1.recv() => {
+                    if let Completion::Done(ticket) = completion {
+                        self.store(&ticket);
+                    }
+                }
+                _ = self.tasks.wait() => {
+                    while let Ok(completion) = self.done.1.try_recv() {
+                        if let Completion::Done(ticket) = completion {
+                            self.store(&ticket);
+                        }
+                    }
+                    break;
+                }
+                _ = &mut deadline => {
+                    tracing::warn!(role = self.role, in_flight = lock(&self.state).tracker.total_depth(),
+                        "grace period over; unfinished work will be redelivered");
+                    break;
+                }
+            }
+        }
+        self.lag.clear();
+        let consumer = self.consumer;
+        let role = self.role;
+        let closed = tokio::task::spawn_blocking(move || {
+            if let Err(e) = consumer.commit_consumer_state(CommitMode::Sync) {
+                // Nothing stored since the last auto-commit is a normal case.
+                tracing::debug!(role, error = %e, "final commit");
+            }
+            consumer.unsubscribe();
+            drop(consumer); // closes: leaves the group
+        })
+        .await;
+        if let Err(e) = closed {
+            tracing::warn!(role, error = %e, "closing the consumer failed");
+        }
+        tracing::info!(role, "consumer stopped");
+    }
+}
+
+fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "(no message)".into()
+    }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
