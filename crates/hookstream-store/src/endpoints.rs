@@ -1,6 +1,7 @@
 //! Endpoints: where a tenant's events are delivered, with their filters, limits and secrets.
 
 use chrono::{DateTime, Utc};
+use hookstream_egress::AddressPolicy;
 use hookstream_signing::Secret;
 use serde::Serialize;
 use sqlx::PgPool;
@@ -13,6 +14,9 @@ use crate::{EventFilter, StoreError};
 pub struct Endpoint {
     pub id: Uuid,
     pub tenant_id: Uuid,
+    /// The URL as people may see it: userinfo, query values and token-looking path segments
+    /// redacted (`hookstream_egress::redact`). The full URL is sealed at rest and only the
+    /// dispatcher opens it (`ActiveEndpoint::target_url`).
     pub url: String,
     pub description: String,
     pub event_types: Vec<String>,
@@ -38,45 +42,70 @@ pub struct NewEndpoint {
     pub max_in_flight: Option<i32>,
 }
 
-/// An enabled endpoint with its compiled filter and its active signing secrets.
-#[derive(Debug, Clone)]
+/// An enabled endpoint as the dispatcher delivers to it: its compiled filter, its full URL
+/// (opened from its sealed form: a secret, never logged) and its active signing secrets.
+#[derive(Clone)]
 pub struct ActiveEndpoint {
     pub endpoint: Endpoint,
+    /// The URL to POST to, with whatever token it carries.
+    pub target_url: String,
     pub filter: EventFilter,
     pub secrets: Vec<Secret>,
+    /// When the first of `secrets` expires (ms since the epoch), if one does: the snapshot
+    /// reloads the endpoint then, so an expired secret stops signing.
+    pub secrets_expire_at_ms: Option<i64>,
 }
 
-const COLUMNS: &str = "id, tenant_id, url, description, event_types, enabled, disabled_reason, \
+impl std::fmt::Debug for ActiveEndpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ActiveEndpoint")
+            .field("endpoint", &self.endpoint)
+            .field("target_url", &"<sealed>")
+            .field("filter", &self.filter)
+            .field("secrets", &self.secrets.len())
+            .finish()
+    }
+}
+
+pub(crate) const COLUMNS: &str = "id, tenant_id, url, description, event_types, enabled, disabled_reason, \
                        rate_limit_per_s, timeout_ms, max_in_flight, created_at, failing_since";
 
-/// Checks that a URL is something we can POST to. Address checks (SSRF) happen at connect
-/// time in the dispatcher, after DNS resolution, where they cannot be bypassed.
-pub fn validate_url(raw: &str) -> Result<url::Url, StoreError> {
-    let url = url::Url::parse(raw).map_err(|e| StoreError::Invalid(format!("invalid url {raw:?}: {e}")))?;
-    if !matches!(url.scheme(), "http" | "https") {
-        return Err(StoreError::Invalid(format!(
-            "invalid url {raw:?}: scheme must be http or https"
-        )));
-    }
-    if url.host().is_none() {
-        return Err(StoreError::Invalid(format!("invalid url {raw:?}: no host")));
-    }
-    if !url.username().is_empty() || url.password().is_some() {
-        return Err(StoreError::Invalid(format!(
-            "invalid url {raw:?}: credentials in the url are not allowed"
-        )));
-    }
-    Ok(url)
+/// An endpoint row with its sealed URL.
+#[derive(sqlx::FromRow)]
+pub(crate) struct EndpointRow {
+    #[sqlx(flatten)]
+    pub(crate) endpoint: Endpoint,
+    pub(crate) url_sealed: Option<Vec<u8>>,
+    pub(crate) url_key_id: Option<String>,
 }
 
-/// Creates an endpoint and its first secret, sealed at rest; returns the secret once (it is
-/// not shown again).
+impl EndpointRow {
+    /// The full URL: opened from its sealed form, or the plaintext of a row written before
+    /// URLs were sealed.
+    pub(crate) fn target_url(&self, sealer: &Sealer) -> Result<String, crate::sealing::SealError> {
+        match (&self.url_sealed, &self.url_key_id) {
+            (Some(sealed), Some(key_id)) => sealer.open_url(self.endpoint.id, key_id, sealed),
+            _ => Ok(self.endpoint.url.clone()),
+        }
+    }
+}
+
+/// Checks that a URL is something we may POST to: http(s), a host, no credentials, and no
+/// IP literal in a refused range (`policy`). Host names are checked again after DNS
+/// resolution, at connect time, in the dispatcher. Errors never repeat the URL's secrets.
+pub fn validate_url(raw: &str, policy: &AddressPolicy) -> Result<url::Url, StoreError> {
+    hookstream_egress::validate_endpoint_url(raw, policy).map_err(|e| StoreError::Invalid(e.to_string()))
+}
+
+/// Creates an endpoint and its first secret, both sealed at rest with its URL; returns the
+/// secret once (it is not shown again).
 pub async fn create(
     pool: &PgPool,
     sealer: &Sealer,
+    policy: &AddressPolicy,
     new: NewEndpoint,
 ) -> Result<(Endpoint, Secret), StoreError> {
-    let url = validate_url(&new.url)?;
+    let url = validate_url(&new.url, policy)?;
     let filter = EventFilter::new(&new.event_types).map_err(StoreError::Invalid)?;
     if let Some(rate) = new.rate_limit_per_s {
         if rate <= 0 {
@@ -92,15 +121,20 @@ pub async fn create(
     if !tenant_exists {
         return Err(StoreError::NotFound(format!("tenant {}", new.tenant_id)));
     }
+    let id = Uuid::now_v7();
+    let (url_key_id, url_sealed) = sealer.seal_url(id, url.as_str());
     let endpoint = sqlx::query_as::<_, Endpoint>(&format!(
         "INSERT INTO hookstream.endpoints
-            (id, tenant_id, url, description, event_types, rate_limit_per_s, timeout_ms, max_in_flight)
-         VALUES ($1, $2, $3, $4, $5, $6, coalesce($7, 15000), coalesce($8, 32))
+            (id, tenant_id, url, url_sealed, url_key_id, description, event_types, rate_limit_per_s, timeout_ms,
+             max_in_flight)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, coalesce($9, 15000), coalesce($10, 32))
          RETURNING {COLUMNS}"
     ))
-    .bind(Uuid::now_v7())
+    .bind(id)
     .bind(new.tenant_id)
-    .bind(url.as_str())
+    .bind(hookstream_egress::redact(url.as_str()))
+    .bind(url_sealed)
+    .bind(url_key_id)
     .bind(&new.description)
     .bind(filter.patterns())
     .bind(new.rate_limit_per_s)
@@ -172,16 +206,17 @@ pub async fn rotate_secret(
 /// A stored signing secret: sealed, or plaintext if written before sealing existed
 /// (`hookstream secrets seal` seals those).
 #[derive(sqlx::FromRow)]
-struct SecretRow {
-    id: i64,
-    endpoint_id: Uuid,
-    secret: Option<String>,
-    sealed: Option<Vec<u8>>,
-    key_id: Option<String>,
+pub(crate) struct SecretRow {
+    pub(crate) id: i64,
+    pub(crate) endpoint_id: Uuid,
+    pub(crate) secret: Option<String>,
+    pub(crate) sealed: Option<Vec<u8>>,
+    pub(crate) key_id: Option<String>,
+    pub(crate) expires_at: Option<DateTime<Utc>>,
 }
 
 impl SecretRow {
-    fn plaintext(&self, sealer: &Sealer) -> Result<Option<String>, crate::sealing::SealError> {
+    pub(crate) fn plaintext(&self, sealer: &Sealer) -> Result<Option<String>, crate::sealing::SealError> {
         match (&self.secret, &self.sealed, &self.key_id) {
             (Some(plain), _, _) => Ok(Some(plain.clone())),
             (None, Some(sealed), Some(key_id)) => sealer.open(self.endpoint_id, key_id, sealed).map(Some),
@@ -190,18 +225,26 @@ impl SecretRow {
     }
 }
 
-/// Seals every secret not sealed with the sealing key: plaintext rows from before sealing
-/// existed, and rows sealed with a previous key (key rotation). Returns how many changed.
-pub async fn reseal_secrets(pool: &PgPool, sealer: &Sealer) -> Result<u64, StoreError> {
+/// What `reseal` changed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Resealed {
+    pub secrets: u64,
+    pub urls: u64,
+}
+
+/// Seals every secret and endpoint URL not sealed with the sealing key: plaintext rows from
+/// before sealing existed (a plaintext URL's row then keeps only its redacted form in
+/// clear), and rows sealed with a previous key (key rotation).
+pub async fn reseal(pool: &PgPool, sealer: &Sealer) -> Result<Resealed, StoreError> {
     let mut tx = pool.begin().await?;
     let rows: Vec<SecretRow> = sqlx::query_as(
-        "SELECT id, endpoint_id, secret, sealed, key_id FROM hookstream.endpoint_secrets
+        "SELECT id, endpoint_id, secret, sealed, key_id, expires_at FROM hookstream.endpoint_secrets
           WHERE key_id IS DISTINCT FROM $1 FOR UPDATE",
     )
     .bind(sealer.active_key_id())
     .fetch_all(&mut *tx)
     .await?;
-    let mut changed = 0;
+    let mut done = Resealed::default();
     for row in rows {
         let Some(text) = row.plaintext(sealer)? else {
             continue;
@@ -215,10 +258,29 @@ pub async fn reseal_secrets(pool: &PgPool, sealer: &Sealer) -> Result<u64, Store
         .bind(key_id)
         .execute(&mut *tx)
         .await?;
-        changed += 1;
+        done.secrets += 1;
+    }
+    let endpoints: Vec<EndpointRow> = sqlx::query_as(&format!(
+        "SELECT {COLUMNS}, url_sealed, url_key_id FROM hookstream.endpoints
+          WHERE url_key_id IS DISTINCT FROM $1 FOR UPDATE"
+    ))
+    .bind(sealer.active_key_id())
+    .fetch_all(&mut *tx)
+    .await?;
+    for row in endpoints {
+        let url = row.target_url(sealer)?;
+        let (key_id, sealed) = sealer.seal_url(row.endpoint.id, &url);
+        sqlx::query("UPDATE hookstream.endpoints SET url = $2, url_sealed = $3, url_key_id = $4 WHERE id = $1")
+            .bind(row.endpoint.id)
+            .bind(hookstream_egress::redact(&url))
+            .bind(sealed)
+            .bind(key_id)
+            .execute(&mut *tx)
+            .await?;
+        done.urls += 1;
     }
     tx.commit().await?;
-    Ok(changed)
+    Ok(done)
 }
 
 pub async fn get(pool: &PgPool, id: Uuid) -> Result<Endpoint, StoreError> {
@@ -321,60 +383,4 @@ pub async fn disable(
     }
     tx.commit().await?;
     Ok(true)
-}
-
-/// Everything the dispatcher needs to route: every tenant id, and every enabled endpoint with
-/// its unexpired secrets, opened. Secrets that do not open or parse are skipped with a
-/// warning (which never includes the secret).
-pub async fn load_active(
-    pool: &PgPool,
-    sealer: &Sealer,
-) -> Result<(Vec<Uuid>, Vec<ActiveEndpoint>), StoreError> {
-    let tenants: Vec<Uuid> = sqlx::query_scalar("SELECT id FROM hookstream.tenants")
-        .fetch_all(pool)
-        .await?;
-    let endpoints = sqlx::query_as::<_, Endpoint>(&format!(
-        "SELECT {COLUMNS} FROM hookstream.endpoints WHERE enabled ORDER BY id"
-    ))
-    .fetch_all(pool)
-    .await?;
-    let secrets: Vec<SecretRow> = sqlx::query_as(
-        "SELECT s.id, s.endpoint_id, s.secret, s.sealed, s.key_id FROM hookstream.endpoint_secrets s
-           JOIN hookstream.endpoints e ON e.id = s.endpoint_id
-          WHERE e.enabled AND (s.expires_at IS NULL OR s.expires_at > now())
-          ORDER BY s.endpoint_id, s.id",
-    )
-    .fetch_all(pool)
-    .await?;
-    let mut by_endpoint: std::collections::HashMap<Uuid, Vec<Secret>> = Default::default();
-    for row in secrets {
-        let endpoint_id = row.endpoint_id;
-        let text = match row.plaintext(sealer) {
-            Ok(Some(t)) => t,
-            Ok(None) => continue,
-            Err(e) => {
-                tracing::warn!(%endpoint_id, error = %e, "skipping endpoint secret that does not open");
-                continue;
-            }
-        };
-        match Secret::parse(&text) {
-            Ok(s) => by_endpoint.entry(endpoint_id).or_default().push(s),
-            Err(e) => tracing::warn!(%endpoint_id, error = %e, "skipping unparseable endpoint secret"),
-        }
-    }
-    let active = endpoints
-        .into_iter()
-        .filter_map(|endpoint| {
-            let filter = match EventFilter::new(&endpoint.event_types) {
-                Ok(f) => f,
-                Err(e) => {
-                    tracing::warn!(endpoint_id = %endpoint.id, error = %e, "skipping endpoint with a bad filter");
-                    return None;
-                }
-            };
-            let secrets = by_endpoint.remove(&endpoint.id).unwrap_or_default();
-            Some(ActiveEndpoint { endpoint, filter, secrets })
-        })
-        .collect();
-    Ok((tenants, active))
 }

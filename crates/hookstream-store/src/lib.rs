@@ -1,7 +1,8 @@
 //! Hookstream's PostgreSQL schema and the queries the services and the CLI run against it.
 //!
 //! Migrations are embedded (`migrations/`) and run by `migrate`. The outbox functions are
-//! what producers and the relay use; tenants and endpoints are the control plane.
+//! what producers and the relay use; tenants and endpoints are the control plane;
+//! `subscriptions` is the routing view the dispatchers read.
 
 #![forbid(unsafe_code)]
 
@@ -10,6 +11,7 @@ pub mod endpoints;
 pub mod filter;
 pub mod outbox;
 pub mod sealing;
+pub mod subscriptions;
 pub mod tenants;
 pub mod wakeup;
 

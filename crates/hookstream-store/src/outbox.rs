@@ -30,6 +30,9 @@ pub struct OutboxRow {
     pub shard: i32,
     pub tenant_known: bool,
     pub payload_is_object: bool,
+    /// The subscription version as of the claim: every routing change committed before this
+    /// row's transaction is numbered at most this (see `subscriptions`).
+    pub subscription_version: i64,
 }
 
 /// Locks up to `limit` rows of the given shards, oldest first. Call inside a transaction;
@@ -43,7 +46,10 @@ pub async fn claim(
         "SELECT o.id, o.event_id, o.tenant_id, o.event_type, o.aggregate_type, o.aggregate_id,
                 o.payload::text AS payload, o.headers, o.created_at, o.shard,
                 EXISTS (SELECT 1 FROM hookstream.tenants t WHERE t.id = o.tenant_id) AS tenant_known,
-                jsonb_typeof(o.payload) = 'object' AS payload_is_object
+                jsonb_typeof(o.payload) = 'object' AS payload_is_object,
+                -- Same statement, same snapshot: it sees every change committed before any
+                -- row claimed here.
+                (SELECT version FROM hookstream.subscription_state) AS subscription_version
            FROM hookstream.outbox o
           WHERE o.shard = ANY($1)
           ORDER BY o.id
@@ -119,4 +125,32 @@ pub async fn quarantined(pool: &PgPool) -> Result<Vec<QuarantinedRow>, StoreErro
     )
     .fetch_all(pool)
     .await?)
+}
+
+/// Deletes idempotency keys older than `before`, `batch` per statement (short transactions;
+/// rows locked by a producer are skipped). After that, the same key enqueues a new event.
+/// Returns how many were deleted.
+pub async fn prune_idempotency_keys(
+    pool: &PgPool,
+    before: DateTime<Utc>,
+    batch: i64,
+) -> Result<u64, StoreError> {
+    let mut total = 0;
+    loop {
+        let done = sqlx::query(
+            "DELETE FROM hookstream.idempotency_keys k USING (
+                SELECT tenant_id, key FROM hookstream.idempotency_keys
+                 WHERE created_at < $1 ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED) old
+              WHERE k.tenant_id = old.tenant_id AND k.key = old.key",
+        )
+        .bind(before)
+        .bind(batch)
+        .execute(pool)
+        .await?
+        .rows_affected();
+        total += done;
+        if done < batch as u64 {
+            return Ok(total);
+        }
+    }
 }

@@ -1,4 +1,4 @@
-//! Endpoint signing secrets sealed at rest with AES-256-GCM.
+//! Endpoint signing secrets and URLs sealed at rest with AES-256-GCM.
 //!
 //! A sealed secret is `nonce (12 random bytes) || ciphertext || tag`, with the endpoint id as
 //! associated data: a sealed value copied to another endpoint's row does not open. Each row
@@ -88,8 +88,28 @@ impl Sealer {
         &self.active
     }
 
-    /// Seals `plaintext` for `endpoint`; returns the key id and the sealed bytes.
+    /// Seals a signing secret for `endpoint`; returns the key id and the sealed bytes.
     pub fn seal(&self, endpoint: Uuid, plaintext: &str) -> (String, Vec<u8>) {
+        self.seal_with(endpoint.as_bytes(), plaintext)
+    }
+
+    /// Opens a secret sealed for `endpoint` with key `key_id`.
+    pub fn open(&self, endpoint: Uuid, key_id: &str, sealed: &[u8]) -> Result<String, SealError> {
+        self.open_with(endpoint.as_bytes(), key_id, sealed)
+    }
+
+    /// Seals an endpoint's URL (which may carry a token). Its associated data differs from a
+    /// secret's, so a sealed URL does not open as a secret, nor the other way round.
+    pub fn seal_url(&self, endpoint: Uuid, url: &str) -> (String, Vec<u8>) {
+        self.seal_with(&url_aad(endpoint), url)
+    }
+
+    /// Opens a URL sealed for `endpoint`.
+    pub fn open_url(&self, endpoint: Uuid, key_id: &str, sealed: &[u8]) -> Result<String, SealError> {
+        self.open_with(&url_aad(endpoint), key_id, sealed)
+    }
+
+    fn seal_with(&self, aad: &[u8], plaintext: &str) -> (String, Vec<u8>) {
         let cipher = &self.keys[&self.active];
         let mut nonce = [0u8; NONCE_LEN];
         rand::thread_rng().fill_bytes(&mut nonce);
@@ -98,7 +118,7 @@ impl Sealer {
                 Nonce::from_slice(&nonce),
                 Payload {
                     msg: plaintext.as_bytes(),
-                    aad: endpoint.as_bytes(),
+                    aad,
                 },
             )
             .expect("AES-GCM encryption of a short secret cannot fail");
@@ -108,8 +128,7 @@ impl Sealer {
         (self.active.clone(), out)
     }
 
-    /// Opens a secret sealed for `endpoint` with key `key_id`.
-    pub fn open(&self, endpoint: Uuid, key_id: &str, sealed: &[u8]) -> Result<String, SealError> {
+    fn open_with(&self, aad: &[u8], key_id: &str, sealed: &[u8]) -> Result<String, SealError> {
         let cipher = self
             .keys
             .get(key_id)
@@ -121,14 +140,17 @@ impl Sealer {
         let plain = cipher
             .decrypt(
                 Nonce::from_slice(nonce),
-                Payload {
-                    msg: body,
-                    aad: endpoint.as_bytes(),
-                },
+                Payload { msg: body, aad },
             )
             .map_err(|_| SealError::Corrupt)?;
         String::from_utf8(plain).map_err(|_| SealError::Corrupt)
     }
+}
+
+fn url_aad(endpoint: Uuid) -> Vec<u8> {
+    let mut aad = endpoint.as_bytes().to_vec();
+    aad.extend_from_slice(b"/url");
+    aad
 }
 
 #[cfg(test)]
@@ -162,6 +184,20 @@ mod tests {
             Err(SealError::Corrupt)
         ));
         assert!(!format!("{sealer:?}").contains(&Sealer::generate_key("k2")[3..]));
+    }
+
+    #[test]
+    fn a_sealed_url_opens_only_as_that_endpoints_url() {
+        let sealer = Sealer::from_keys(&[Sealer::generate_key("k")]).unwrap();
+        let ep = Uuid::now_v7();
+        let url = "https://hooks.example.com/services/T000/B000/s3cr3tT0k3nValue";
+        let (key_id, sealed) = sealer.seal_url(ep, url);
+        assert!(!sealed.windows(8).any(|w| w == b"s3cr3tT0"), "no plaintext in the sealed bytes");
+        assert_eq!(sealer.open_url(ep, &key_id, &sealed).unwrap(), url);
+        assert!(sealer.open(ep, &key_id, &sealed).is_err(), "not as a secret");
+        assert!(sealer.open_url(Uuid::now_v7(), &key_id, &sealed).is_err(), "not for another endpoint");
+        let (key_id, secret) = sealer.seal(ep, "whsec_x");
+        assert!(sealer.open_url(ep, &key_id, &secret).is_err(), "a secret is not a url");
     }
 
     #[test]
