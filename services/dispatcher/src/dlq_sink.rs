@@ -1,40 +1,35 @@
 //! The DLQ sink: consumes the DLQ topic in its own consumer group and stores every record in
 //! PostgreSQL (`hookstream.dead_letters`), where `hookstream dlq …` lists, shows and replays
-//! them. It runs inside each dispatcher process (the group shares the partitions).
+//! them. It runs inside each dispatcher process that has the `dlq_sink` role (the group
+//! shares the partitions).
 //!
 //! A record's offset is stored only after its row is committed (invariant 1); while the
-//! database is down the sink keeps retrying with backoff and never skips a record, pausing
-//! its partitions (and polling on) when too many records wait. Records that are not valid
-//! dead letters are stored too, as class `decode` with their raw bytes; nothing on this topic
-//! stops the sink (invariant 5). A row is keyed by the record's position, so a record read
-//! twice after a crash is stored once. Rows older than `retention_days` are deleted every
-//! `prune_interval_ms`.
+//! database is down the sink keeps retrying with backoff and never skips a record (at most
+//! `MAX_IN_FLIGHT` records wait at once; then its partitions wait in Kafka). Records that are
+//! not valid dead letters are stored too, as class `decode` with their raw bytes; nothing on
+//! this topic stops the sink (invariant 5). A row is keyed by the record's position, so a
+//! record read twice after a crash is stored once. Rows older than `retention_days` are
+//! deleted every `prune_interval_ms`.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
-use hookstream_config::KafkaConfig;
-use hookstream_kafka::rdkafka::consumer::{Consumer, StreamConsumer};
-use hookstream_kafka::rdkafka::Message as _;
-use hookstream_kafka::tracker::{OffsetTracker, Ticket};
+use hookstream_config::{ConfigError, Validate};
+use hookstream_kafka::{Done, Fatal, Handler, Record, Start};
 use hookstream_proto::{DeadLetter, Message as _};
 use hookstream_store::dead_letters::{self, NewDeadLetter, Position};
 use hookstream_store::sqlx::PgPool;
 use hookstream_store::StoreError;
 use serde::{Deserialize, Serialize};
-use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
-
-use crate::RebalanceContext;
 use uuid::Uuid;
 
-use crate::{now_ms, DispatchError, DispatcherMetrics};
+use crate::DispatcherMetrics;
 
-/// Records being stored at once; above this the sink pauses its partitions (polling on).
-const MAX_IN_FLIGHT: usize = 64;
+/// Records being stored at once.
+pub(crate) const MAX_IN_FLIGHT: usize = 64;
 /// Most of a last response kept in the table.
 const MAX_RESPONSE_BYTES: usize = 64 * 1024;
 
@@ -64,13 +59,31 @@ impl Default for DlqConfig {
     }
 }
 
+impl Validate for DlqConfig {
+    fn validate(&self) -> Result<(), ConfigError> {
+        if self.sink_group_id.trim().is_empty() {
+            return Err(ConfigError::new("dlq.sink_group_id must not be empty"));
+        }
+        if self.prune_interval_ms == 0 {
+            return Err(ConfigError::new("dlq.prune_interval_ms must be at least 1"));
+        }
+        Ok(())
+    }
+}
+
 /// Rows deleted per statement while pruning (short transactions, no long locks).
 const PRUNE_BATCH: i64 = 1_000;
 
 /// Deletes dead letters past `retention_days` every `prune_interval_ms` until `shutdown`.
-async fn prune_loop(pool: PgPool, cfg: DlqConfig, metrics: DispatcherMetrics, shutdown: CancellationToken) {
+pub(crate) async fn prune_loop(
+    pool: PgPool,
+    cfg: DlqConfig,
+    metrics: DispatcherMetrics,
+    shutdown: CancellationToken,
+) -> Result<(), StoreError> {
     if cfg.retention_days == 0 {
-        return;
+        shutdown.cancelled().await;
+        return Ok(());
     }
     let keep = chrono::Duration::days(i64::from(cfg.retention_days));
     let mut every = tokio::time::interval(Duration::from_millis(cfg.prune_interval_ms.max(1_000)));
@@ -78,7 +91,7 @@ async fn prune_loop(pool: PgPool, cfg: DlqConfig, metrics: DispatcherMetrics, sh
     loop {
         tokio::select! {
             _ = every.tick() => {}
-            _ = shutdown.cancelled() => return,
+            _ = shutdown.cancelled() => return Ok(()),
         }
         let before = Utc::now() - keep;
         loop {
@@ -105,103 +118,44 @@ async fn prune_loop(pool: PgPool, cfg: DlqConfig, metrics: DispatcherMetrics, sh
     }
 }
 
-/// Consumes the DLQ topic until `shutdown`, then drains within `grace`.
-pub(crate) async fn run(
-    pool: PgPool,
-    kafka: KafkaConfig,
-    cfg: DlqConfig,
-    metrics: DispatcherMetrics,
-    grace: Duration,
-    shutdown: CancellationToken,
-) -> Result<(), DispatchError> {
-    let tracker = Arc::new(Mutex::new(OffsetTracker::new()));
-    let consumer: Arc<StreamConsumer<RebalanceContext>> = Arc::new(
-        hookstream_kafka::consumer_config(&kafka, &cfg.sink_group_id).create_with_context(
-            RebalanceContext {
-                tracker: tracker.clone(),
-            },
-        )?,
-    );
-    consumer.subscribe(&[kafka.topics.dlq.as_str()])?;
-    tracing::info!(topic = %kafka.topics.dlq, group = %cfg.sink_group_id, "DLQ sink consuming");
-    let pruner = tokio::spawn(prune_loop(
-        pool.clone(),
-        cfg.clone(),
-        metrics.clone(),
-        shutdown.clone(),
-    ));
-
-    let (done_tx, mut done_rx) = mpsc::unbounded_channel::<Ticket>();
-    let tasks = TaskTracker::new();
-    let mut in_flight = 0usize;
-    let mut paused = false;
-    loop {
-        tokio::select! {
-            biased;
-            _ = shutdown.cancelled() => break,
-            Some(ticket) = done_rx.recv() => {
-                in_flight = in_flight.saturating_sub(1);
-                crate::store_completed(&consumer, &tracker, &ticket);
-                if paused && in_flight < MAX_IN_FLIGHT / 2 {
-                    set_paused(&consumer, false);
-                    paused = false;
-                }
-            }
-            // Always polled, even with every partition paused (max.poll.interval.ms).
-            received = consumer.recv() => {
-                let msg = match received {
-                    Ok(m) => m,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "kafka consumer error (DLQ sink)");
-                        continue;
-                    }
-                };
-                let timestamp_ms = msg.timestamp().to_millis();
-                let ticket = tracker.lock().expect("tracker lock").begin(
-                    msg.topic(),
-                    msg.partition(),
-                    msg.offset(),
-                    timestamp_ms.unwrap_or_else(now_ms),
-                );
-                let source = Position {
-                    topic: msg.topic().to_string(),
-                    partition: msg.partition(),
-                    offset: msg.offset(),
-                };
-                let payload = msg.payload().map(Bytes::copy_from_slice).unwrap_or_default();
-                let row = to_row(&payload, source, timestamp_ms);
-                let (pool, metrics, shutdown, done_tx) =
-                    (pool.clone(), metrics.clone(), shutdown.clone(), done_tx.clone());
-                tasks.spawn(async move {
-                    if store(&pool, &metrics, row, &payload, &shutdown).await {
-                        let _ = done_tx.send(ticket);
-                    }
-                });
-                in_flight += 1;
-                if in_flight >= MAX_IN_FLIGHT {
-                    // Also covers partitions assigned since the last pause.
-                    set_paused(&consumer, true);
-                    paused = true;
-                }
-            }
-        }
-    }
-    crate::drain(&consumer, &tracker, &mut done_rx, &tasks, grace).await;
-    let _ = pruner.await;
-    tracing::info!("DLQ sink stopped");
-    Ok(())
+/// The sink: a handler for the tracked consumer of the DLQ topic.
+pub(crate) struct DlqSink {
+    pub(crate) pool: PgPool,
+    pub(crate) metrics: DispatcherMetrics,
+    pub(crate) shutdown: CancellationToken,
 }
 
-fn set_paused(consumer: &StreamConsumer<RebalanceContext>, pause: bool) {
-    let result = consumer.assignment().and_then(|tpl| {
-        if pause {
-            consumer.pause(&tpl)
-        } else {
-            consumer.resume(&tpl)
+pub(crate) struct SinkWork {
+    row: NewDeadLetter,
+    payload: Bytes,
+}
+
+impl Handler for DlqSink {
+    type Work = SinkWork;
+
+    fn prepare(&self, record: Record) -> Start<SinkWork> {
+        let source = Position {
+            topic: record.topic,
+            partition: record.partition,
+            offset: record.offset,
+        };
+        let row = to_row(&record.payload, source, record.timestamp_ms);
+        Start::Now(SinkWork {
+            row,
+            payload: record.payload,
+        })
+    }
+
+    fn run(self: Arc<Self>, work: SinkWork) -> impl std::future::Future<Output = Result<Done, Fatal>> + Send {
+        async move {
+            Ok(
+                if store(&self.pool, &self.metrics, work.row, &work.payload, &self.shutdown).await {
+                    Done::Finished
+                } else {
+                    Done::Unfinished
+                },
+            )
         }
-    });
-    if let Err(e) = result {
-        tracing::debug!(error = %e, pause, "DLQ sink: pause/resume failed (rebalancing?)");
     }
 }
 

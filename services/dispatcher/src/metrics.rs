@@ -2,13 +2,19 @@
 //! fixed sets (outcome, error class), never from URLs or tenant ids.
 
 use hookstream_telemetry::prometheus::{
-    exponential_buckets, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec,
-    IntGauge, IntGaugeVec, Opts, Registry,
+    exponential_buckets, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts,
+    Registry,
 };
+
+/// Retry lateness buckets: fine below a second (the objective is p99 ≤ 1 s), coarse above.
+const LATENESS_BUCKETS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0, 1800.0,
+];
 
 #[derive(Clone)]
 pub struct DispatcherMetrics {
-    /// Events consumed, by what happened to them: routed, unsubscribed, unknown_tenant, undecodable.
+    /// Events consumed, by what happened to them: routed, unsubscribed, unknown_tenant
+    /// (dead-lettered), unknown_tenant_rerouted (routed again later), undecodable.
     pub events: IntCounterVec,
     /// Delivery attempts by verdict: delivered, retryable, permanent, gone.
     pub deliveries: IntCounterVec,
@@ -19,13 +25,6 @@ pub struct DispatcherMetrics {
     pub in_flight: IntGauge,
     /// Endpoints disabled because the receiver answered 410.
     pub endpoints_disabled: IntCounterVec,
-    /// Consumer lag in messages per assigned partition: high watermark minus committed
-    /// offset (the conventional name, as kafka-exporter exports it; what KEDA scales on).
-    pub lag_messages: IntGaugeVec,
-    /// Age of the oldest unfinished message per assigned partition.
-    pub lag_seconds: GaugeVec,
-    /// Messages begun and not completed per partition (what blocks the committed offset).
-    pub uncommitted: IntGaugeVec,
     /// Attempt records Kafka did not acknowledge (the attempt log misses them).
     pub attempt_records_dropped: IntCounter,
     /// Deliveries handed to a retry tier, by tier (`5s`, `5m`, …).
@@ -34,6 +33,18 @@ pub struct DispatcherMetrics {
     pub retry_consumed: IntCounterVec,
     /// How late after its due time a retry was attempted (never negative: never early).
     pub retry_lateness: Histogram,
+    /// Retry records passed on to another tier on their way to their due time.
+    pub retry_hops: IntCounter,
+    /// Retries taken up before their due time (a clock that stepped back); they wait. Stays 0.
+    pub retry_early: IntCounter,
+    /// The subscription version of this dispatcher's routing snapshot.
+    pub subscription_version: IntGauge,
+    /// Snapshot refreshes, by kind: incremental, full.
+    pub subscription_refreshes: IntCounterVec,
+    /// Snapshot refreshes that failed (the last snapshot is kept).
+    pub subscription_refresh_errors: IntCounter,
+    /// Events that waited for a refresh because they were newer than the snapshot.
+    pub route_waits: IntCounter,
     /// DLQ records the DLQ sink wrote to PostgreSQL, by result: `stored`, or `duplicate`
     /// (seen before, e.g. re-read after a crash; nothing written).
     pub dlq_stored: IntCounterVec,
@@ -101,30 +112,6 @@ impl DispatcherMetrics {
                 &["reason"],
             )
             .unwrap(),
-            lag_messages: IntGaugeVec::new(
-                Opts::new(
-                    "kafka_consumergroup_lag",
-                    "Consumer lag in messages per partition",
-                ),
-                &["consumergroup", "topic", "partition"],
-            )
-            .unwrap(),
-            lag_seconds: GaugeVec::new(
-                Opts::new(
-                    "hookstream_dispatcher_consumer_lag_seconds",
-                    "Age of the oldest unfinished message per partition",
-                ),
-                &["topic", "partition"],
-            )
-            .unwrap(),
-            uncommitted: IntGaugeVec::new(
-                Opts::new(
-                    "hookstream_dispatcher_uncommitted_messages",
-                    "Messages in flight per partition",
-                ),
-                &["topic", "partition"],
-            )
-            .unwrap(),
             attempt_records_dropped: IntCounter::new(
                 "hookstream_dispatcher_attempt_records_dropped_total",
                 "Attempt records Kafka did not acknowledge",
@@ -148,7 +135,40 @@ impl DispatcherMetrics {
                     "hookstream_retry_lateness_seconds",
                     "Retry attempt time minus due time",
                 )
-                .buckets(exponential_buckets(0.01, 2.0, 14).unwrap()),
+                .buckets(LATENESS_BUCKETS.to_vec()),
+            )
+            .unwrap(),
+            retry_hops: IntCounter::new(
+                "hookstream_retry_hops_total",
+                "Retry records passed on to another tier on their way to their due time",
+            )
+            .unwrap(),
+            retry_early: IntCounter::new(
+                "hookstream_retry_early_total",
+                "Retries taken up before their due time (they wait; stays 0 unless a clock stepped back)",
+            )
+            .unwrap(),
+            subscription_version: IntGauge::new(
+                "hookstream_dispatcher_subscription_version",
+                "Subscription version of the routing snapshot",
+            )
+            .unwrap(),
+            subscription_refreshes: IntCounterVec::new(
+                Opts::new(
+                    "hookstream_dispatcher_subscription_refreshes_total",
+                    "Routing snapshot refreshes, by kind",
+                ),
+                &["kind"],
+            )
+            .unwrap(),
+            subscription_refresh_errors: IntCounter::new(
+                "hookstream_dispatcher_subscription_refresh_errors_total",
+                "Routing snapshot refreshes that failed",
+            )
+            .unwrap(),
+            route_waits: IntCounter::new(
+                "hookstream_dispatcher_route_waits_total",
+                "Events that waited for a snapshot refresh because they were newer than the snapshot",
             )
             .unwrap(),
             dlq_stored: IntCounterVec::new(
@@ -215,9 +235,12 @@ impl DispatcherMetrics {
         let _ = registry.register(Box::new(m.retry_produced.clone()));
         let _ = registry.register(Box::new(m.retry_consumed.clone()));
         let _ = registry.register(Box::new(m.retry_lateness.clone()));
-        let _ = registry.register(Box::new(m.lag_messages.clone()));
-        let _ = registry.register(Box::new(m.lag_seconds.clone()));
-        let _ = registry.register(Box::new(m.uncommitted.clone()));
+        let _ = registry.register(Box::new(m.retry_hops.clone()));
+        let _ = registry.register(Box::new(m.retry_early.clone()));
+        let _ = registry.register(Box::new(m.subscription_version.clone()));
+        let _ = registry.register(Box::new(m.subscription_refreshes.clone()));
+        let _ = registry.register(Box::new(m.subscription_refresh_errors.clone()));
+        let _ = registry.register(Box::new(m.route_waits.clone()));
         let _ = registry.register(Box::new(m.attempt_records_dropped.clone()));
         let _ = registry.register(Box::new(m.events.clone()));
         let _ = registry.register(Box::new(m.deliveries.clone()));

@@ -1,98 +1,99 @@
-//! The retry role: failed deliveries wait in delay-tier topics (`hookstream.retry.<delay>`,
-//! one fixed delay per topic), and a dispatcher consumer group delivers each when it is due.
+//! Retries: the schedule (`next_delay`), the retry records (`DeliveryTask`) a failure or a
+//! refusal becomes, and the retry role that delivers them when due, never early and not late.
 //!
-//! Because a tier has one delay, the head of a partition is always its earliest-due message:
-//! the consumer holds the head until it is due (pausing that partition and polling on), then
-//! resumes it (invariant 4: never early). A record due within a couple of seconds (a deferral
-//! spaced at an endpoint's rate, a paced replay) waits in its own task instead: a resume costs
-//! a fetch, which would cap a partition at a few records per second. A held or waiting
-//! record's offset is outstanding in the tracker, so nothing past it is committed until it is
-//! delivered or handed on. Retry lag is mostly waiting, by design: do not autoscale on it.
+//! Each tier topic has one fixed delay and takes the broker's append time as timestamp, so a
+//! record's hop is due exactly its tier's delay after it was appended and a partition's head
+//! is always its earliest hop: holding the head (partition paused) until then makes nothing
+//! behind it late. A record due at any other time (jitter, `Retry-After`, a deferral, a
+//! replay) hops: at its hop it goes on to the longest tier not longer than what remains
+//! (`RetryConfig::next_tier`), and a remainder shorter than the shortest tier is waited out in
+//! memory, in its task. Records are taken up one shortest-tier delay before they wake (the
+//! shortest tier's at once), so a resume's fetch never makes a retry late. Records waiting in
+//! memory hold a permit from `retry.max_waiting`; deliveries, one from
+//! `dispatcher.max_in_flight_events`. Retry lag is mostly waiting, by design: do not
+//! autoscale on it.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use hookstream_config::{KafkaConfig, RetryConfig};
+use hookstream_config::RetryConfig;
 use hookstream_delivery::{ErrorClass, Outcome};
-use hookstream_kafka::rdkafka::consumer::{
-    BaseConsumer, Consumer, ConsumerContext, Rebalance, StreamConsumer,
-};
-use hookstream_kafka::rdkafka::producer::FutureRecord;
-use hookstream_kafka::rdkafka::{ClientContext, Message as _, TopicPartitionList};
-use hookstream_kafka::tracker::{OffsetTracker, Ticket};
+use hookstream_kafka::{Done, Fatal, Handler, Record, Start};
 use hookstream_proto::{DeadLetter, DeliveryTask, EventEnvelope, Message as _, SourcePosition};
+use hookstream_replay::{INTERVAL_HEADER, REPLAY_HEADER};
 use rand::Rng;
-use tokio::sync::{mpsc, Semaphore};
-use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
+use tokio::sync::Semaphore;
 use uuid::Uuid;
 
+use crate::context::{now_ms, Context, Finished};
+use crate::events::done;
+use crate::fanout::{self, Reroute};
 use crate::isolation::Refusal;
-use crate::{attempt, dead_letter, now_ms, DispatchError, Shared};
+use crate::{handoff, outcome};
 
 /// How long to wait before the attempt after `failed_attempt` (1-based), or `None` when the
 /// schedule is exhausted. `spread` in [-1, 1] scales the jitter. Never shorter than the
-/// receiver's `Retry-After` (clamped) nor, after a timeout or a 429, the throttle minimum.
-pub fn next_delay(
-    cfg: &RetryConfig,
-    failed_attempt: u32,
-    outcome: &Outcome,
-    spread: f64,
-) -> Option<Duration> {
+/// receiver's `Retry-After` (clamped to `RetryConfig::retry_after_cap_ms`) nor, after a timeout
+/// or a 429, the throttle minimum. Saturating: no input overflows.
+pub fn next_delay(cfg: &RetryConfig, failed_attempt: u32, outcome: &Outcome, spread: f64) -> Option<Duration> {
     let base = *cfg.schedule_ms.get(failed_attempt.checked_sub(1)? as usize)?;
-    let mut ms = (base as f64 * (1.0 + cfg.jitter * spread.clamp(-1.0, 1.0))).max(0.0) as u64;
+    let spread = if spread.is_nan() {
+        0.0
+    } else {
+        spread.clamp(-1.0, 1.0)
+    };
+    // `as` from a float saturates (and the factor is never negative: jitter < 1).
+    let mut ms = (base as f64 * (1.0 + cfg.jitter * spread)).max(0.0) as u64;
     if matches!(outcome.class, ErrorClass::Timeout | ErrorClass::Http429) {
         ms = ms.max(cfg.min_throttled_delay_ms);
     }
     if let Some(ra) = outcome.retry_after {
-        ms = ms.max((ra.as_millis() as u64).min(cfg.max_retry_after_ms));
+        let ra = u64::try_from(ra.as_millis()).unwrap_or(u64::MAX);
+        ms = ms.max(ra.min(cfg.retry_after_cap_ms()));
     }
     Some(Duration::from_millis(ms))
 }
 
-/// Hands a failed delivery to the tier that fits its delay; true once Kafka acknowledged it.
-/// Returns `None` when the schedule is exhausted (the caller dead-letters it).
-pub(crate) async fn schedule(
-    shared: &Shared,
+/// The retry record for a failed attempt, or `None` when the schedule is exhausted.
+pub(crate) fn after_failure(
+    cfg: &RetryConfig,
     event: &EventEnvelope,
     endpoint_id: Uuid,
     failed_attempt: u32,
     first_attempt_at_ms: i64,
     origin: &SourcePosition,
     outcome: &Outcome,
-) -> Option<bool> {
+) -> Option<DeliveryTask> {
     let spread = rand::thread_rng().gen_range(-1.0..=1.0);
-    let delay = next_delay(&shared.retry, failed_attempt, outcome, spread)?;
-    let task = DeliveryTask {
+    let delay = next_delay(cfg, failed_attempt, outcome, spread)?;
+    let delay_ms = i64::try_from(delay.as_millis()).unwrap_or(i64::MAX);
+    Some(DeliveryTask {
         event: Some(event.clone()),
         endpoint_id: endpoint_id.to_string(),
         attempt: failed_attempt,
         // +1: `now_ms` truncates, and a due time must never fall short of the delay.
-        due_at_ms: now_ms() + delay.as_millis() as i64 + 1,
+        due_at_ms: now_ms().saturating_add(delay_ms).saturating_add(1),
         first_attempt_at_ms,
         origin: Some(origin.clone()),
         last_status: outcome.status.map(i32::from).unwrap_or(0),
         last_error_class: outcome.class.as_str().into(),
         last_error: outcome.error.clone().unwrap_or_default(),
-    };
-    Some(hand_on(shared, &task).await)
+    })
 }
 
-/// Hands a delivery the endpoint's guard refused (open breaker, rate limit, full cap) to the
-/// tier that fits `refusal.retry_at_ms`, without counting an attempt: `attempts_made` stays
-/// what it was. True once Kafka acknowledged it.
-pub(crate) async fn defer(
-    shared: &Shared,
+/// The retry record for a delivery the endpoint's guard refused (open breaker, rate limit,
+/// full cap): due when the refusal says, with `attempts_made` unchanged (no attempt was made).
+pub(crate) fn deferred(
     event: &EventEnvelope,
     endpoint_id: Uuid,
     attempts_made: u32,
     first_attempt_at_ms: i64,
     origin: &SourcePosition,
     refusal: Refusal,
-) -> bool {
-    let task = DeliveryTask {
+) -> DeliveryTask {
+    DeliveryTask {
         event: Some(event.clone()),
         endpoint_id: endpoint_id.to_string(),
         attempt: attempts_made,
@@ -102,254 +103,239 @@ pub(crate) async fn defer(
         last_status: 0,
         last_error_class: refusal.reason.as_str().into(),
         last_error: format!("deferred: {}", refusal.reason.as_str().replace('_', " ")),
-    };
-    hand_on(shared, &task).await
+    }
 }
 
-/// Produces `task` to the tier that fits its due time, retrying until Kafka acknowledges it
-/// (true) or the dispatcher shuts down (false: the caller's offset stays unstored).
-async fn hand_on(shared: &Shared, task: &DeliveryTask) -> bool {
-    let delay_ms = (task.due_at_ms - now_ms()).max(0) as u64;
-    let topic = shared.retry.tier_for(delay_ms);
-    let bytes = task.encode_to_vec();
-    loop {
-        match shared
-            .producer
-            .send(
-                FutureRecord::to(&topic).key(&task.endpoint_id).payload(&bytes),
-                Duration::from_secs(5),
-            )
-            .await
-        {
-            Ok(_) => {
-                shared
-                    .metrics
-                    .retry_produced
-                    .with_label_values(&[tier_label(&topic, &shared.retry)])
-                    .inc();
-                return true;
-            }
-            Err((e, _)) => {
-                tracing::warn!(error = %e, topic = %topic, "retry record not acknowledged, retrying");
-                tokio::select! {
-                    _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-                    _ = shared.shutdown.cancelled() => return false,
-                }
-            }
+/// `dead_letter` or `resend` when a retry record is a replay, from its header.
+fn replay_kind(record: &Record) -> Option<&'static str> {
+    match record.header(REPLAY_HEADER)? {
+        b"dead_letter" => Some("dead_letter"),
+        b"resend" => Some("resend"),
+        _ => None,
+    }
+}
+
+/// The replay interval a retry record asks for, from its header (clamped to 1 ms … 1 h).
+fn replay_interval_ms(record: &Record) -> Option<i64> {
+    std::str::from_utf8(record.header(INTERVAL_HEADER)?)
+        .ok()?
+        .parse::<i64>()
+        .ok()
+        .map(|ms| ms.clamp(1, 3_600_000))
+}
+
+/// The retry role's memory of when it last started a replayed delivery to each endpoint.
+/// All of one endpoint's tasks are in one partition per tier (keyed by endpoint), and replays
+/// go to the shortest tier, so one retry-role consumer sees them all.
+#[derive(Debug, Default)]
+pub(crate) struct ReplayPacer {
+    last_start_ms: HashMap<String, i64>,
+}
+
+impl ReplayPacer {
+    /// When a replayed task for `endpoint` may start: not before its due time, and at least
+    /// `interval_ms` after the previous one started (which is taken to be its slot, or now
+    /// when that slot has passed).
+    pub(crate) fn slot(&mut self, endpoint: &str, due_ms: i64, interval_ms: i64, now_ms: i64) -> i64 {
+        if self.last_start_ms.len() >= 10_000 {
+            self.last_start_ms.retain(|_, t| *t > now_ms - 3_600_000);
+        }
+        let slot = match self.last_start_ms.get(endpoint) {
+            Some(prev) => due_ms.max(prev.saturating_add(interval_ms)),
+            None => due_ms,
+        };
+        self.last_start_ms.insert(endpoint.to_string(), slot.max(now_ms));
+        slot
+    }
+}
+
+/// The retry role: a handler for the tracked consumer of every tier.
+pub(crate) struct RetryRole {
+    ctx: Arc<Context>,
+    pacer: Mutex<ReplayPacer>,
+    /// The shortest tier's delay: a remainder shorter than this is waited out in memory, and
+    /// records are taken up this long before they wake.
+    horizon_ms: i64,
+    /// Deliveries at once (`dispatcher.max_in_flight_events`).
+    delivering: Arc<Semaphore>,
+}
+
+impl RetryRole {
+    pub(crate) fn new(ctx: Arc<Context>) -> Self {
+        let horizon_ms = ctx
+            .retry
+            .shortest_tier()
+            .map_or(0, |t| i64::try_from(t.delay_ms).unwrap_or(i64::MAX));
+        let delivering = Arc::new(Semaphore::new(ctx.settings.max_in_flight_events.max(1)));
+        Self {
+            ctx,
+            pacer: Mutex::default(),
+            horizon_ms,
+            delivering,
         }
     }
 }
 
-fn tier_label<'a>(topic: &'a str, cfg: &RetryConfig) -> &'a str {
-    topic.strip_prefix(cfg.topic_prefix.as_str()).unwrap_or(topic)
+pub(crate) enum RetryWork {
+    Task {
+        task: DeliveryTask,
+        /// Where the tier record is.
+        position: SourcePosition,
+        /// When to look at it again: its hop, or its due time if sooner.
+        wake_ms: i64,
+    },
+    Poison {
+        payload: Bytes,
+        position: SourcePosition,
+        reason: String,
+    },
 }
 
-/// A message held until its due time, its partition paused.
-struct Held {
-    task: DeliveryTask,
-    ticket: Ticket,
-    origin: SourcePosition,
-}
+impl Handler for RetryRole {
+    type Work = RetryWork;
 
-type HeldMap = Arc<Mutex<HashMap<(String, i32), Held>>>;
-
-struct RetryContext {
-    tracker: Arc<Mutex<OffsetTracker>>,
-    held: HeldMap,
-}
-
-impl ClientContext for RetryContext {}
-
-impl ConsumerContext for RetryContext {
-    fn pre_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
-        let mut tracker = self.tracker.lock().expect("tracker lock");
-        let mut held = self.held.lock().expect("held lock");
-        match rebalance {
-            Rebalance::Revoke(tpl) => {
-                for el in tpl.elements() {
-                    tracker.revoke(el.topic(), el.partition());
-                    held.remove(&(el.topic().to_string(), el.partition()));
-                }
-            }
-            Rebalance::Assign(_) => {}
-            Rebalance::Error(_) => {
-                tracker.revoke_all();
-                held.clear();
-            }
+    fn prepare(&self, record: Record) -> Start<RetryWork> {
+        let ctx = &self.ctx;
+        let tier = ctx.retry.tier_label(&record.topic).to_string();
+        ctx.metrics.retry_consumed.with_label_values(&[tier.as_str()]).inc();
+        if let Some(kind) = replay_kind(&record) {
+            ctx.metrics.dlq_replayed.with_label_values(&[kind]).inc();
         }
+        let position = SourcePosition {
+            topic: record.topic.clone(),
+            partition: record.partition,
+            offset: record.offset,
+        };
+        let mut task = match DeliveryTask::decode(record.payload.clone()) {
+            Ok(t) if t.event.is_some() => t,
+            decoded => {
+                let reason = match decoded {
+                    Err(e) => format!("undecodable retry record: {e}"),
+                    Ok(_) => "retry record without an event".to_string(),
+                };
+                return Start::Now(RetryWork::Poison {
+                    payload: record.payload,
+                    position,
+                    reason,
+                });
+            }
+        };
+        let now = now_ms();
+        if let Some(interval) = replay_interval_ms(&record) {
+            // A replay: at most its rate to one endpoint, however many arrived at once.
+            task.due_at_ms = self
+                .pacer
+                .lock()
+                .expect("pacer lock")
+                .slot(&task.endpoint_id, task.due_at_ms, interval, now);
+        }
+        let delay = ctx.retry.tier_of_topic(&record.topic).unwrap_or(0);
+        let appended = record.timestamp_ms.unwrap_or(now);
+        let hop_ms = appended.saturating_add(i64::try_from(delay).unwrap_or(i64::MAX));
+        let wake_ms = hop_ms.min(task.due_at_ms);
+        let work = RetryWork::Task {
+            task,
+            position,
+            wake_ms,
+        };
+        let take_up_at = wake_ms.saturating_sub(self.horizon_ms);
+        if take_up_at > now {
+            Start::At {
+                at_ms: take_up_at,
+                work,
+            }
+        } else {
+            Start::Now(work)
+        }
+    }
+
+    fn run(self: Arc<Self>, work: RetryWork) -> impl std::future::Future<Output = Result<Done, Fatal>> + Send {
+        async move { done(self.handle(work).await) }
     }
 }
 
-/// Creates the tier topics that do not exist yet (replication: the broker's default). The
-/// dispatcher does this before it consumes anything: without them no retry can be handed on.
-pub(crate) async fn ensure_tier_topics(
-    kafka: &KafkaConfig,
-    retry: &RetryConfig,
-) -> Result<(), DispatchError> {
-    let tiers = retry.tiers();
-    let topics: Vec<(&str, i32)> = tiers
-        .iter()
-        .map(|(_, t)| (t.as_str(), retry.partitions))
-        .collect();
-    hookstream_kafka::ensure_topics(kafka, &topics, -1)
-        .await
-        .map_err(|e| DispatchError::Topics(e.to_string()))
-}
-
-/// Consumes every tier until `shutdown`, then drains within `grace`.
-pub(crate) async fn run_role(
-    shared: Arc<Shared>,
-    kafka: KafkaConfig,
-    max_in_flight: usize,
-    grace: Duration,
-    shutdown: CancellationToken,
-) -> Result<(), DispatchError> {
-    let tiers = shared.retry.tiers();
-    let tracker = Arc::new(Mutex::new(OffsetTracker::new()));
-    let held: HeldMap = Arc::default();
-    let consumer: Arc<StreamConsumer<RetryContext>> = Arc::new(
-        hookstream_kafka::consumer_config(&kafka, &shared.retry.group_id).create_with_context(
-            RetryContext {
-                tracker: tracker.clone(),
-                held: held.clone(),
+impl RetryRole {
+    async fn handle(&self, work: RetryWork) -> Finished {
+        let ctx = &*self.ctx;
+        let (task, position, wake_ms) = match work {
+            RetryWork::Poison {
+                payload,
+                position,
+                reason,
+            } => {
+                let letter = DeadLetter {
+                    reason,
+                    error_class: "decode".into(),
+                    raw: payload,
+                    origin: Some(position),
+                    dead_at_ms: now_ms(),
+                    ..Default::default()
+                };
+                return handoff::dead_letter(ctx, letter, "").await;
+            }
+            RetryWork::Task {
+                task,
+                position,
+                wake_ms,
+            } => (task, position, wake_ms),
+        };
+        if !self.sleep_until(wake_ms).await {
+            return Ok(false);
+        }
+        let remaining = task.due_at_ms.saturating_sub(now_ms());
+        if remaining >= self.horizon_ms && self.horizon_ms > 0 {
+            // Hop on: the longest tier not longer than what remains.
+            ctx.metrics.retry_hops.inc();
+            return handoff::to_retry_tier(ctx, &task).await;
+        }
+        if !self.sleep_until(task.due_at_ms).await {
+            return Ok(false);
+        }
+        let _delivering = tokio::select! {
+            permit = self.delivering.clone().acquire_owned() => match permit {
+                Ok(p) => p,
+                Err(_) => return Ok(false),
             },
-        )?,
-    );
-    let names: Vec<&str> = tiers.iter().map(|(_, t)| t.as_str()).collect();
-    let mut replay_pacer = crate::replay::ReplayPacer::default();
-    consumer.subscribe(&names)?;
-    tracing::info!(tiers = ?names, group = %shared.retry.group_id, "retry role consuming");
-
-    let slots = Arc::new(Semaphore::new(max_in_flight.max(1)));
-    let (done_tx, mut done_rx) = mpsc::unbounded_channel::<Ticket>();
-    let tasks = TaskTracker::new();
-    let spawn = |task: DeliveryTask, ticket: Ticket, origin: SourcePosition| {
-        let shared = shared.clone();
-        let done_tx = done_tx.clone();
-        let permit = slots.clone().try_acquire_owned();
-        tasks.spawn(async move {
-            let _permit = permit;
-            // Records due within PACE_HORIZON_MS are taken up early and wait here.
-            let early = task.due_at_ms - now_ms();
-            if early > 0 {
-                tokio::select! {
-                    _ = tokio::time::sleep(Duration::from_millis(early as u64)) => {}
-                    _ = shared.shutdown.cancelled() => return,
-                }
-            }
-            let late = (now_ms() - task.due_at_ms).max(0) as f64 / 1000.0;
-            shared.metrics.retry_lateness.observe(late);
-            if deliver_task(&shared, task, &origin).await {
-                let _ = done_tx.send(ticket);
-            }
-        });
-    };
-
-    loop {
-        let next_due = held
-            .lock()
-            .expect("held lock")
-            .values()
-            .map(|h| h.task.due_at_ms)
-            .min();
-        let wait = next_due.map(|due| Duration::from_millis((due - now_ms()).max(0) as u64));
-        tokio::select! {
-            biased;
-            _ = shutdown.cancelled() => break,
-            Some(ticket) = done_rx.recv() => complete(&consumer, &tracker, &ticket),
-            _ = tokio::time::sleep(wait.unwrap_or(Duration::from_secs(3600))), if wait.is_some() => {
-                let now = now_ms();
-                let due: Vec<((String, i32), Held)> = {
-                    let mut held = held.lock().expect("held lock");
-                    let keys: Vec<(String, i32)> =
-                        held.iter().filter(|(_, h)| h.task.due_at_ms <= now).map(|(k, _)| k.clone()).collect();
-                    keys.into_iter().filter_map(|k| held.remove(&k).map(|h| (k, h))).collect()
-                };
-                for ((topic, partition), h) in due {
-                    let mut tpl = TopicPartitionList::new();
-                    tpl.add_partition(&topic, partition);
-                    if let Err(e) = consumer.resume(&tpl) {
-                        tracing::debug!(error = %e, %topic, partition, "resume failed (revoked?)");
-                    }
-                    spawn(h.task, h.ticket, h.origin);
-                }
-            }
-            received = consumer.recv(), if slots.available_permits() > 0 => {
-                let msg = match received {
-                    Ok(m) => m,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "kafka consumer error (retry role)");
-                        continue;
-                    }
-                };
-                let origin = SourcePosition { topic: msg.topic().to_string(), partition: msg.partition(), offset: msg.offset() };
-                let timestamp_ms = msg.timestamp().to_millis().unwrap_or_else(now_ms);
-                let ticket = tracker.lock().expect("tracker lock").begin(msg.topic(), msg.partition(), msg.offset(), timestamp_ms);
-                let payload = msg.payload().map(Bytes::copy_from_slice).unwrap_or_default();
-                shared.metrics.retry_consumed.with_label_values(&[tier_label(msg.topic(), &shared.retry)]).inc();
-                if let Some(kind) = crate::replay::replay_kind(&msg) {
-                    shared.metrics.dlq_replayed.with_label_values(&[kind]).inc();
-                }
-                let mut task = match DeliveryTask::decode(payload.clone()) {
-                    Ok(t) if t.event.is_some() => t,
-                    decoded => {
-                        let reason = match decoded {
-                            Err(e) => format!("undecodable retry record: {e}"),
-                            Ok(_) => "retry record without an event".to_string(),
-                        };
-                        let shared = shared.clone();
-                        let done_tx = done_tx.clone();
-                        tasks.spawn(async move {
-                            let letter = DeadLetter {
-                                reason,
-                                error_class: "decode".into(),
-                                raw: payload,
-                                origin: Some(origin),
-                                dead_at_ms: now_ms(),
-                                ..Default::default()
-                            };
-                            if dead_letter(&shared, letter, "").await {
-                                let _ = done_tx.send(ticket);
-                            }
-                        });
-                        continue;
-                    }
-                };
-                if let Some(interval) = crate::replay::replay_interval_ms(&msg) {
-                    // A replay: at most its rate to one endpoint, however many arrived at once.
-                    task.due_at_ms = replay_pacer.slot(&task.endpoint_id, task.due_at_ms, interval, now_ms());
-                }
-                // A short wait (a paced replay, a deferral spaced at an endpoint's rate) is
-                // slept in its task rather than held with a pause: every resume costs a fetch,
-                // which would cap a partition at a few messages per second.
-                if task.due_at_ms - now_ms() > crate::replay::PACE_HORIZON_MS {
-                    // Hold the head of this partition until it is due; keep polling the others.
-                    let mut tpl = TopicPartitionList::new();
-                    tpl.add_partition(msg.topic(), msg.partition());
-                    consumer.pause(&tpl)?;
-                    held.lock().expect("held lock").insert((msg.topic().to_string(), msg.partition()), Held { task, ticket, origin });
-                } else {
-                    spawn(task, ticket, origin);
-                }
+            _ = ctx.shutdown.cancelled() => return Ok(false),
+        };
+        let late_ms = now_ms().saturating_sub(task.due_at_ms);
+        if late_ms < 0 {
+            // Unreachable unless the clock stepped back: never attempt early.
+            ctx.metrics.retry_early.inc();
+            if !self.sleep_until(task.due_at_ms).await {
+                return Ok(false);
             }
         }
+        ctx.metrics
+            .retry_lateness
+            .observe(late_ms.max(0) as f64 / 1000.0);
+        deliver(ctx, task, position).await
     }
 
-    crate::drain(&consumer, &tracker, &mut done_rx, &tasks, grace).await;
-    Ok(())
+    /// Sleeps until `at_ms` (now if past); false when shutdown came first.
+    async fn sleep_until(&self, at_ms: i64) -> bool {
+        let wait = at_ms.saturating_sub(now_ms());
+        if wait <= 0 {
+            return true;
+        }
+        crate::context::pause(&self.ctx.shutdown, Duration::from_millis(wait as u64)).await
+    }
 }
 
-fn complete(consumer: &StreamConsumer<RetryContext>, tracker: &Mutex<OffsetTracker>, ticket: &Ticket) {
-    crate::store_completed(consumer, tracker, ticket);
-}
-
-/// Delivers one due retry; false only when shutdown left it unfinished.
-async fn deliver_task(shared: &Shared, task: DeliveryTask, origin: &SourcePosition) -> bool {
+/// Delivers one due retry record: to its endpoint, or routed again when it has none.
+async fn deliver(ctx: &Context, task: DeliveryTask, position: SourcePosition) -> Finished {
     let event = task.event.clone().unwrap_or_default();
     // Retry and dead-letter records keep pointing at the event's place in the events topic.
-    let original = task.origin.clone().unwrap_or_else(|| origin.clone());
+    let original = task.origin.clone().unwrap_or(position);
+    if task.endpoint_id.is_empty() {
+        let reroute = Reroute {
+            tries: task.attempt,
+            first_seen_ms: task.first_attempt_at_ms,
+        };
+        return fanout::route_and_deliver(ctx, event, original, reroute).await;
+    }
     let endpoint = match Uuid::parse_str(&task.endpoint_id) {
-        Ok(id) => shared.subs.endpoint(id).await,
+        Ok(id) => ctx.subs.endpoint(id).await,
         Err(_) => None,
     };
     let Some(ep) = endpoint else {
@@ -369,13 +355,13 @@ async fn deliver_task(shared: &Shared, task: DeliveryTask, origin: &SourcePositi
             event: Some(event),
             ..Default::default()
         };
-        return dead_letter(shared, letter, &task.endpoint_id).await;
+        return handoff::dead_letter(ctx, letter, &task.endpoint_id).await;
     };
-    attempt(
-        shared,
+    outcome::attempt(
+        ctx,
         &event,
         &ep,
-        task.attempt + 1,
+        task.attempt.saturating_add(1),
         task.first_attempt_at_ms,
         &original,
     )
@@ -387,13 +373,13 @@ mod tests {
     use super::*;
     use hookstream_delivery::Verdict;
 
-    fn outcome(class: ErrorClass, retry_after: Option<u64>) -> Outcome {
+    fn outcome(class: ErrorClass, retry_after: Option<Duration>) -> Outcome {
         Outcome {
             verdict: Verdict::Retryable,
             class,
             status: None,
             error: None,
-            retry_after: retry_after.map(Duration::from_secs),
+            retry_after,
             latency: Duration::ZERO,
             response: Bytes::new(),
         }
@@ -411,6 +397,7 @@ mod tests {
             .collect();
         assert_eq!(delays, [5, 300, 1800, 7200, 18000, 36000, 36000]);
         assert_eq!(next_delay(&cfg, 8, &o, 0.0), None, "seven retries, then the DLQ");
+        assert_eq!(next_delay(&cfg, 0, &o, 0.0), None);
     }
 
     #[test]
@@ -419,6 +406,8 @@ mod tests {
         let o = outcome(ErrorClass::Http5xx, None);
         assert_eq!(next_delay(&cfg, 1, &o, -1.0), Some(Duration::from_secs(4)));
         assert_eq!(next_delay(&cfg, 1, &o, 1.0), Some(Duration::from_secs(6)));
+        assert_eq!(next_delay(&cfg, 1, &o, f64::NAN), Some(Duration::from_secs(5)));
+        assert_eq!(next_delay(&cfg, 1, &o, 1e300), Some(Duration::from_secs(6)));
     }
 
     #[test]
@@ -427,22 +416,33 @@ mod tests {
             jitter: 0.0,
             ..Default::default()
         };
+        let secs = |s| Some(Duration::from_secs(s));
+        assert_eq!(next_delay(&cfg, 1, &outcome(ErrorClass::Timeout, None), 0.0), secs(60));
+        assert_eq!(next_delay(&cfg, 1, &outcome(ErrorClass::Http429, None), 0.0), secs(60));
+        assert_eq!(next_delay(&cfg, 1, &outcome(ErrorClass::Http5xx, secs(10)), 0.0), secs(10));
         assert_eq!(
-            next_delay(&cfg, 1, &outcome(ErrorClass::Timeout, None), 0.0),
-            Some(Duration::from_secs(60))
-        );
-        assert_eq!(
-            next_delay(&cfg, 1, &outcome(ErrorClass::Http429, None), 0.0),
-            Some(Duration::from_secs(60))
-        );
-        assert_eq!(
-            next_delay(&cfg, 1, &outcome(ErrorClass::Http5xx, Some(10)), 0.0),
-            Some(Duration::from_secs(10))
-        );
-        assert_eq!(
-            next_delay(&cfg, 1, &outcome(ErrorClass::Http5xx, Some(10 * 86_400)), 0.0),
-            Some(Duration::from_secs(86_400)),
+            next_delay(&cfg, 1, &outcome(ErrorClass::Http5xx, secs(10 * 86_400)), 0.0),
+            secs(86_400),
             "Retry-After is clamped"
         );
+        assert_eq!(
+            next_delay(&cfg, 1, &outcome(ErrorClass::Http5xx, Some(Duration::MAX)), 0.0),
+            secs(86_400),
+            "even an absurd one, without overflow"
+        );
+    }
+
+    #[test]
+    fn the_pacer_spaces_one_endpoints_replays_and_leaves_others_alone() {
+        let mut p = ReplayPacer::default();
+        // Three tasks taken up at once at t=1000, all already due.
+        assert_eq!(p.slot("a", 900, 100, 1_000), 900, "the first goes now");
+        assert_eq!(p.slot("a", 950, 100, 1_000), 1_100);
+        assert_eq!(p.slot("a", 990, 100, 1_000), 1_200);
+        assert_eq!(p.slot("b", 990, 100, 1_000), 990, "another endpoint is not held back");
+        // A task due later than the spacing keeps its due time.
+        assert_eq!(p.slot("a", 5_000, 100, 1_000), 5_000);
+        // Long after: the previous start was its slot, nothing to wait for.
+        assert_eq!(p.slot("a", 9_000, 100, 9_000), 9_000);
     }
 }

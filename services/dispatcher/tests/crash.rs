@@ -42,6 +42,7 @@ async fn endpoint(env: &TestEnv, tenant: Uuid, receiver: &Receiver, max_in_fligh
     let (_, secret) = endpoints::create(
         &env.pool,
         &env.sealer(),
+        &env.address_policy(),
         NewEndpoint {
             tenant_id: tenant,
             url: receiver.url(),
@@ -76,13 +77,7 @@ async fn publish(env: &TestEnv, tenant: Uuid, n: usize, offset: usize) -> Vec<St
 }
 
 async fn committed_to_end(env: &TestEnv) -> bool {
-    eventually(Duration::from_secs(30), || {
-        let ends = env.end_offsets(&env.kafka.topics.events).unwrap();
-        let committed = env.committed_offsets(&env.kafka.topics.events).unwrap();
-        let done = ends.iter().zip(&committed).all(|(e, c)| *e == 0 || c == e);
-        async move { done }
-    })
-    .await
+    env.committed_to_end(Duration::from_secs(30)).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

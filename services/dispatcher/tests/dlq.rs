@@ -7,7 +7,7 @@ use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use dispatcher::replay::{ReplayOptions, Replayer};
+use hookstream_replay::{ReplayOptions, Replayer};
 use futures::stream::{FuturesUnordered, StreamExt};
 use hookstream_kafka::rdkafka::producer::{FutureProducer, FutureRecord};
 use hookstream_proto::{DeadLetter, DeliveryTask, EventEnvelope, Message as _};
@@ -244,11 +244,11 @@ async fn poison_on_the_dlq_topic_is_stored_as_decode_with_its_bytes_and_the_part
     // The sink committed past both records.
     assert!(
         eventually(Duration::from_secs(10), || async {
-            sink_committed(&env) == Some(2)
+            sink_committed(&env).await == Some(2)
         })
         .await,
         "the sink's offset moved past the poison: {:?}",
-        sink_committed(&env)
+        sink_committed(&env).await
     );
     assert_eq!(
         common::metric(&registry, "hookstream_dlq_stored_total", &[("result", "stored")]),
@@ -373,8 +373,7 @@ async fn replay_at_rate(dispatcher_late: bool) {
         };
         dead_letters::insert(&env.pool, &row).await.unwrap();
     }
-    let tier = cfg.retry.tiers()[0].1.clone();
-    hookstream_kafka::ensure_topics(&env.kafka, &[(tier.as_str(), env.partitions)], 1)
+    hookstream_kafka::ensure_topics(&env.kafka, &hookstream_kafka::topics::tier_specs(&env.kafka, &cfg.retry))
         .await
         .unwrap();
     let mut token = None;
@@ -483,14 +482,14 @@ async fn ten_thousand_waiting_retries_do_not_slow_the_main_path() {
     let tenant = env.tenant("t").await.unwrap();
     let receiver = Receiver::start(Behaviour::Ok).await;
     let ep = env.endpoint(tenant, &receiver, &[]).await.unwrap();
-    let cfg = config(&env, vec![5_000]);
+    let cfg = config(&env, vec![5_000, 3_600_000]);
     let registry = Registry::new();
     let token = start(&env, cfg.clone(), registry.clone());
     main_path_p50(&env, tenant, &receiver, 20).await; // warm-up
     let without = main_path_p50(&env, tenant, &receiver, 200).await;
 
-    // 10,000 retries due in an hour, in the only tier.
-    let tier = cfg.retry.tiers()[0].1.clone();
+    // 10,000 retries due in an hour, in the hour tier.
+    let tier = cfg.retry.tiers()[1].topic.clone();
     let p = producer(&env);
     let due = chrono::Utc::now().timestamp_millis() + 3_600_000;
     let mut acks = FuturesUnordered::new();
@@ -514,7 +513,7 @@ async fn ten_thousand_waiting_retries_do_not_slow_the_main_path() {
     while acks.next().await.is_some() {}
     assert!(
         eventually(Duration::from_secs(20), || async {
-            common::metric(&registry, "hookstream_retry_consumed_total", &[("tier", "5s")]) >= 1.0
+            common::metric(&registry, "hookstream_retry_consumed_total", &[("tier", "1h")]) >= 1.0
         })
         .await,
         "the retry role holds the waiting retries"
@@ -568,7 +567,7 @@ async fn the_sink_waits_out_a_database_failure_and_skips_nothing() {
     );
     tokio::time::sleep(Duration::from_secs(2)).await; // auto-commit would have run
     assert_eq!(
-        sink_committed(&env),
+        sink_committed(&env).await,
         None,
         "nothing committed while the rows are not stored"
     );
@@ -586,7 +585,7 @@ async fn the_sink_waits_out_a_database_failure_and_skips_nothing() {
     );
     assert!(
         eventually(Duration::from_secs(10), || async {
-            sink_committed(&env) == Some(3)
+            sink_committed(&env).await == Some(3)
         })
         .await,
         "then committed"
@@ -602,21 +601,10 @@ async fn sqlx_exec(env: &TestEnv, sql: &str) {
 }
 
 /// The DLQ sink's committed offset on partition 0 of the DLQ topic.
-fn sink_committed(env: &TestEnv) -> Option<i64> {
-    use hookstream_kafka::rdkafka::consumer::{BaseConsumer, Consumer};
-    let mut cfg = hookstream_kafka::client_config(&env.kafka);
-    cfg.set("group.id", env.dlq_sink_group());
-    let reader: BaseConsumer = cfg.create().unwrap();
-    let mut tpl = hookstream_kafka::rdkafka::TopicPartitionList::new();
-    tpl.add_partition(&env.kafka.topics.dlq, 0);
-    match reader
-        .committed_offsets(tpl, Duration::from_secs(5))
-        .ok()?
-        .elements()
-        .first()?
-        .offset()
-    {
-        hookstream_kafka::rdkafka::Offset::Offset(o) => Some(o),
-        _ => None,
-    }
+async fn sink_committed(env: &TestEnv) -> Option<i64> {
+    let offsets = env
+        .group_offsets(&env.dlq_sink_group(), &env.kafka.topics.dlq)
+        .await
+        .ok()?;
+    offsets.first().copied().filter(|o| *o >= 0)
 }

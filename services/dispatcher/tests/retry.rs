@@ -62,7 +62,7 @@ async fn fails_three_times_then_delivered_on_the_fourth_attempt_never_early() {
         );
     }
     assert!(env
-        .read_topic(&env.kafka.topics.dlq, 1, Duration::from_secs(2))
+        .read_topic(&env.kafka.topics.dlq, 1, Duration::from_secs(2)).await
         .unwrap()
         .is_empty());
     token.cancel();
@@ -102,7 +102,7 @@ async fn always_failing_is_dead_lettered_after_the_last_tier_with_the_reason() {
         .unwrap();
 
     let letters: Vec<DeadLetter> = env
-        .read_topic(&env.kafka.topics.dlq, 1, Duration::from_secs(40))
+        .read_topic(&env.kafka.topics.dlq, 1, Duration::from_secs(40)).await
         .unwrap()
         .iter()
         .map(|r| DeadLetter::decode(r.payload.as_slice()).unwrap())
@@ -204,7 +204,7 @@ async fn sigkill_while_holding_due_messages_loses_none_and_retries_none_early() 
         }
     }
     assert!(
-        env.read_topic(&env.kafka.topics.dlq, 1, Duration::from_secs(2))
+        env.read_topic(&env.kafka.topics.dlq, 1, Duration::from_secs(2)).await
             .unwrap()
             .is_empty(),
         "nothing dead-lettered"
@@ -225,8 +225,8 @@ async fn poison_bytes_in_a_tier_topic_are_dead_lettered_and_the_partition_moves_
         schedule_ms: vec![1_000],
         ..env.retry.clone()
     };
-    let tier = retry.tiers()[0].1.clone();
-    hookstream_kafka::ensure_topics(&env.kafka, &[(tier.as_str(), 1)], 1)
+    let tier = retry.tiers()[0].topic.clone();
+    hookstream_kafka::ensure_topics(&env.kafka, &hookstream_kafka::topics::tier_specs(&env.kafka, &retry))
         .await
         .unwrap();
     let producer: hookstream_kafka::rdkafka::producer::FutureProducer =
@@ -251,7 +251,7 @@ async fn poison_bytes_in_a_tier_topic_are_dead_lettered_and_the_partition_moves_
     );
     assert_eq!(receiver.received()[1].webhook_id, ids[0].to_string());
     let letters: Vec<DeadLetter> = env
-        .read_topic(&env.kafka.topics.dlq, 1, Duration::from_secs(10))
+        .read_topic(&env.kafka.topics.dlq, 1, Duration::from_secs(10)).await
         .unwrap()
         .iter()
         .map(|r| DeadLetter::decode(r.payload.as_slice()).unwrap())

@@ -1,7 +1,7 @@
-//! Endpoint signing secrets at rest and in rotation, on real PostgreSQL and Kafka: stored
-//! sealed (AES-256-GCM, never in plaintext), opened by the dispatcher to sign, legacy
-//! plaintext rows still honoured and sealed by `reseal_secrets`, and a rotation signs with
-//! both the old and the new secret during its overlap.
+//! Endpoint signing secrets and URLs at rest and in rotation, on real PostgreSQL and Kafka:
+//! stored sealed (AES-256-GCM, never in plaintext), opened by the dispatcher to sign and to
+//! deliver, legacy plaintext rows still honoured and sealed by `reseal`, and a rotation signs
+//! with both the old and the new secret during its overlap.
 
 use std::time::Duration;
 
@@ -51,6 +51,16 @@ async fn secrets_are_sealed_at_rest_and_rotate_with_an_overlap() {
         .await
         .unwrap();
     legacy_receiver.set_secret(&legacy.expose());
+    // ...and its URL, with a token in it, in clear as before URLs were sealed.
+    let legacy_url = format!("{}?token=legacy-t0ken-8d1f", legacy_receiver.url());
+    hookstream_store::sqlx::query(
+        "UPDATE hookstream.endpoints SET url = $2, url_sealed = NULL, url_key_id = NULL WHERE id = $1",
+    )
+    .bind(legacy_ep)
+    .bind(&legacy_url)
+    .execute(&env.pool)
+    .await
+    .unwrap();
 
     let mut cfg = common::dispatcher_config(&env);
     cfg.delivery.allow_cidrs = vec!["127.0.0.0/8".parse().unwrap()];
@@ -74,11 +84,27 @@ async fn secrets_are_sealed_at_rest_and_rotate_with_an_overlap() {
         "signed with the legacy plaintext secret"
     );
 
-    // Sealing the legacy row removes its plaintext and keeps it working.
+    // Sealing the legacy rows removes their plaintext and keeps them working.
     let sealer = env.sealer();
-    assert_eq!(endpoints::reseal_secrets(&env.pool, &sealer).await.unwrap(), 1);
+    assert_eq!(
+        endpoints::reseal(&env.pool, &sealer).await.unwrap(),
+        endpoints::Resealed { secrets: 1, urls: 1 }
+    );
     let rows = secret_rows(&env, legacy_ep).await;
     assert!(rows[0].0.is_none() && rows[0].2.as_deref() == Some("test"));
+    let (url, url_sealed): (String, Option<Vec<u8>>) =
+        hookstream_store::sqlx::query_as("SELECT url, url_sealed FROM hookstream.endpoints WHERE id = $1")
+            .bind(legacy_ep)
+            .fetch_one(&env.pool)
+            .await
+            .unwrap();
+    assert!(!url.contains("legacy-t0ken"), "only the redacted url stays in clear: {url}");
+    assert!(url_sealed.is_some_and(|b| !b.windows(12).any(|w| w == b"legacy-t0ken")));
+    let all_urls: Vec<String> = hookstream_store::sqlx::query_scalar("SELECT url FROM hookstream.endpoints")
+        .fetch_all(&env.pool)
+        .await
+        .unwrap();
+    assert!(all_urls.iter().all(|u| !u.contains("legacy-t0ken")));
 
     // Rotation: the new secret and the old one both sign during the overlap, so a receiver
     // holding either verifies.
@@ -109,7 +135,7 @@ async fn secrets_are_sealed_at_rest_and_rotate_with_an_overlap() {
     );
     assert!(
         legacy_receiver.received()[1].verified,
-        "the re-sealed secret signs"
+        "the re-sealed secret signs, to the re-sealed url"
     );
     sealed_receiver.set_secret(&new_secret.expose());
     env.publish(&[NewEvent::new(tenant, "order.created", json!({ "n": 3 }))])

@@ -1,11 +1,14 @@
-//! SSRF protection end to end (invariant 6): a dispatcher with the built-in policy refuses
-//! every non-public destination, whatever notation the URL uses, and dead-letters the
-//! delivery with the class `ssrf_blocked`; no connection reaches the target. Redirects are
-//! never followed, even to an allowed address.
+//! SSRF protection end to end (invariant 6): endpoint creation refuses IP-literal URLs in
+//! refused ranges at once, naming the range; a dispatcher with the built-in policy refuses
+//! every non-public destination at connect time too (host names after DNS resolution, and
+//! literals in rows created under a looser policy), whatever notation the URL uses, and
+//! dead-letters the delivery with the class `ssrf_blocked`; no connection reaches the target.
+//! Redirects are never followed, even to an allowed address.
 
 use std::collections::HashMap;
 use std::time::Duration;
 
+use hookstream_egress::AddressPolicy;
 use hookstream_proto::{DeadLetter, Message as _};
 use hookstream_store::endpoints::{self, NewEndpoint};
 use hookstream_store::outbox::NewEvent;
@@ -24,10 +27,12 @@ fn start(env: &TestEnv, allow_loopback: bool) -> CancellationToken {
     common::start_pipeline(env, cfg)
 }
 
-async fn endpoint(env: &TestEnv, tenant: Uuid, url: &str) -> Uuid {
+/// Creates an endpoint under `policy`.
+async fn endpoint_under(env: &TestEnv, policy: &AddressPolicy, tenant: Uuid, url: &str) -> Uuid {
     endpoints::create(
         &env.pool,
         &env.sealer(),
+        policy,
         NewEndpoint {
             tenant_id: tenant,
             url: url.into(),
@@ -40,8 +45,13 @@ async fn endpoint(env: &TestEnv, tenant: Uuid, url: &str) -> Uuid {
     .id
 }
 
-fn dead_letters(env: &TestEnv, n: usize) -> Vec<DeadLetter> {
-    env.read_topic(&env.kafka.topics.dlq, n, Duration::from_secs(30))
+/// Creates an endpoint under the test's policy (loopback allowed).
+async fn endpoint(env: &TestEnv, tenant: Uuid, url: &str) -> Uuid {
+    endpoint_under(env, &env.address_policy(), tenant, url).await
+}
+
+async fn dead_letters(env: &TestEnv, n: usize) -> Vec<DeadLetter> {
+    env.read_topic(&env.kafka.topics.dlq, n, Duration::from_secs(30)).await
         .unwrap()
         .iter()
         .map(|r| DeadLetter::decode(r.payload.as_slice()).unwrap())
@@ -73,16 +83,40 @@ async fn forbidden_destinations_are_refused_before_any_connection() {
         "http://10.0.0.1/hook".to_string(),
         "http://169.254.169.254/latest/meta-data/".to_string(),
     ];
+    // Creation with the built-in policy refuses every IP literal at once, naming the range,
+    // and never echoing the URL.
+    for url in urls.iter().filter(|u| !u.contains("localhost")) {
+        let refused = endpoints::create(
+            &env.pool,
+            &env.sealer(),
+            &AddressPolicy::default(),
+            NewEndpoint {
+                tenant_id: tenant,
+                url: format!("{url}?token=t0ps3cret"),
+                ..Default::default()
+            },
+        )
+        .await
+        .expect_err(url);
+        let msg = refused.to_string();
+        assert!(msg.contains("refused") || msg.contains("forbidden"), "{url}: {msg}");
+        assert!(!msg.contains("t0ps3cret"), "{url}: the error repeats the token: {msg}");
+    }
+    // Rows created under a looser policy (or before it existed) are refused when delivering.
+    let anything = AddressPolicy::new(vec!["0.0.0.0/0".parse().unwrap(), "::/0".parse().unwrap()]);
     let mut by_endpoint = HashMap::new();
     for url in &urls {
-        by_endpoint.insert(endpoint(&env, tenant, url).await.to_string(), url.clone());
+        by_endpoint.insert(
+            endpoint_under(&env, &anything, tenant, url).await.to_string(),
+            url.clone(),
+        );
     }
     let token = start(&env, false);
     env.publish(&[NewEvent::new(tenant, "order.created", json!({ "x": 1 }))])
         .await
         .unwrap();
 
-    let letters = dead_letters(&env, urls.len());
+    let letters = dead_letters(&env, urls.len()).await;
     assert_eq!(
         letters.len(),
         urls.len(),
@@ -114,7 +148,7 @@ async fn a_redirect_is_not_followed() {
         .await
         .unwrap();
 
-    let letters = dead_letters(&env, 1);
+    let letters = dead_letters(&env, 1).await;
     assert_eq!(letters.len(), 1);
     assert_eq!(letters[0].endpoint_id, ep.to_string());
     assert_eq!(letters[0].error_class, "http_3xx");

@@ -1,0 +1,135 @@
+//! The attempt log: every HTTP attempt is produced to `hookstream.attempts` (protobuf
+//! `AttemptRecord`) without waiting, so it never slows delivery. Records Kafka refuses are
+//! counted (`hookstream_dispatcher_attempt_records_dropped_total`), never retried. A producer
+//! that fails for good (a fatal idempotence error) stops the log: `watch` then returns an
+//! error and the supervisor restarts the process, instead of dropping every record silently.
+
+use std::time::Duration;
+
+use hookstream_config::KafkaConfig;
+use hookstream_delivery::{Outcome, Verdict};
+use hookstream_kafka::rdkafka::error::KafkaError;
+use hookstream_kafka::rdkafka::message::DeliveryResult;
+use hookstream_kafka::rdkafka::producer::{BaseRecord, ProducerContext, ThreadedProducer};
+use hookstream_kafka::rdkafka::types::RDKafkaErrorCode;
+use hookstream_kafka::rdkafka::ClientContext;
+use hookstream_proto::{AttemptRecord, EventEnvelope, Message as _};
+use hookstream_telemetry::prometheus::IntCounter;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+/// The attempt log's producer.
+pub(crate) struct AttemptLog {
+    producer: ThreadedProducer<LogContext>,
+    topic: String,
+    dropped: IntCounter,
+    fatal: watch::Receiver<Option<String>>,
+}
+
+/// One attempt, as the log records it.
+pub(crate) struct Attempt<'a> {
+    pub(crate) event: &'a EventEnvelope,
+    pub(crate) endpoint_id: Uuid,
+    pub(crate) attempt: u32,
+    pub(crate) started_ms: i64,
+    pub(crate) outcome: &'a Outcome,
+}
+
+impl AttemptLog {
+    pub(crate) fn new(kafka: &KafkaConfig, dropped: IntCounter) -> Result<Self, KafkaError> {
+        let (tx, fatal) = watch::channel(None);
+        let producer = hookstream_kafka::producer_config(kafka, Duration::from_secs(30))
+            .set("linger.ms", "20")
+            .create_with_context(LogContext {
+                dropped: dropped.clone(),
+                fatal: tx,
+            })?;
+        Ok(Self {
+            producer,
+            topic: kafka.topics.attempts.clone(),
+            dropped,
+            fatal,
+        })
+    }
+
+    /// Produces the record without waiting.
+    pub(crate) fn record(&self, a: Attempt<'_>) {
+        let record = AttemptRecord {
+            event_id: a.event.event_id.clone(),
+            tenant_id: a.event.tenant_id.clone(),
+            endpoint_id: a.endpoint_id.to_string(),
+            attempt: a.attempt,
+            status: a.outcome.status.map(i32::from).unwrap_or(0),
+            outcome: verdict_label(a.outcome.verdict).into(),
+            error_class: a.outcome.class.as_str().into(),
+            // Never carries the endpoint's URL (the engine's errors do not).
+            error: a.outcome.error.clone().unwrap_or_default(),
+            latency_ms: u64::try_from(a.outcome.latency.as_millis()).unwrap_or(u64::MAX),
+            attempted_at_ms: a.started_ms,
+            response: a.outcome.response.clone(),
+        }
+        .encode_to_vec();
+        let key = a.endpoint_id.to_string();
+        if self
+            .producer
+            .send(BaseRecord::to(&self.topic).key(&key).payload(&record))
+            .is_err()
+        {
+            // Queue full or the topic unknown: counted, never waited for.
+            self.dropped.inc();
+        }
+    }
+
+    /// Returns an error when the producer failed for good; otherwise waits for shutdown.
+    pub(crate) fn watch(&self, shutdown: CancellationToken) -> impl std::future::Future<Output = Result<(), String>> {
+        let mut fatal = self.fatal.clone();
+        async move {
+            tokio::select! {
+                changed = fatal.wait_for(Option::is_some) => match changed {
+                    Ok(reason) => Err(format!("attempt-log producer failed: {}", reason.clone().unwrap_or_default())),
+                    Err(_) => Err("attempt-log producer gone".into()),
+                },
+                _ = shutdown.cancelled() => Ok(()),
+            }
+        }
+    }
+}
+
+/// The label of a verdict in metrics and attempt records.
+pub(crate) fn verdict_label(verdict: Verdict) -> &'static str {
+    match verdict {
+        Verdict::Delivered => "delivered",
+        Verdict::Retryable => "retryable",
+        Verdict::Permanent => "permanent",
+        Verdict::Gone => "gone",
+    }
+}
+
+/// Counts attempt records Kafka did not acknowledge (no task or future per record: the log
+/// is written at the delivery rate), and reports a fatal producer error.
+struct LogContext {
+    dropped: IntCounter,
+    fatal: watch::Sender<Option<String>>,
+}
+
+impl ClientContext for LogContext {
+    fn error(&self, error: KafkaError, reason: &str) {
+        if matches!(error, KafkaError::Global(RDKafkaErrorCode::Fatal)) {
+            tracing::error!(%reason, "attempt-log producer: fatal error");
+            self.fatal.send_replace(Some(reason.to_string()));
+        } else {
+            tracing::warn!(error = %error, %reason, "attempt-log producer error");
+        }
+    }
+}
+
+impl ProducerContext for LogContext {
+    type DeliveryOpaque = ();
+
+    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
+        if result.is_err() {
+            self.dropped.inc();
+        }
+    }
+}

@@ -1,0 +1,65 @@
+//! What every role of a dispatcher process shares: the delivery engine, the routing snapshot,
+//! the producers, the per-endpoint guards and health, and the settings.
+
+use std::sync::Arc;
+
+use hookstream_config::{RetryConfig, TopicsConfig};
+use hookstream_delivery::Engine;
+use hookstream_kafka::rdkafka::producer::FutureProducer;
+use hookstream_kafka::{HandoffError, Fatal};
+use hookstream_store::sqlx::PgPool;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+
+use crate::attempt_log::AttemptLog;
+use crate::config::DispatcherSettings;
+use crate::endpoint_health::EndpointHealth;
+use crate::isolation::Isolation;
+use crate::metrics::DispatcherMetrics;
+use crate::subscriptions::Subscriptions;
+
+pub(crate) struct Context {
+    pub(crate) engine: Engine,
+    pub(crate) subs: Arc<Subscriptions>,
+    /// Hand-offs to the retry tiers and the DLQ (acknowledged before an offset is stored).
+    pub(crate) producer: FutureProducer,
+    /// The attempt log: fire and forget.
+    pub(crate) attempt_log: AttemptLog,
+    pub(crate) pool: PgPool,
+    pub(crate) topics: TopicsConfig,
+    pub(crate) retry: RetryConfig,
+    pub(crate) metrics: DispatcherMetrics,
+    pub(crate) shutdown: CancellationToken,
+    /// Per-endpoint breakers, rate limits and concurrency caps.
+    pub(crate) isolation: Isolation,
+    /// Since when each endpoint has been failing, and disabling those failing too long.
+    pub(crate) health: EndpointHealth,
+    /// The deliveries window (`max_in_flight_deliveries`), taken per event by its fan-out.
+    pub(crate) deliveries: Arc<Semaphore>,
+    pub(crate) settings: DispatcherSettings,
+}
+
+/// How a piece of work ended, for the tracked consumer: `Ok(true)` finished or durably
+/// handed on, `Ok(false)` left undone by shutdown, `Err` the process must restart.
+pub(crate) type Finished = Result<bool, Fatal>;
+
+/// A hand-off's result as a `Finished`.
+pub(crate) fn handed(result: Result<(i32, i64), HandoffError>) -> Finished {
+    match result {
+        Ok(_) => Ok(true),
+        Err(HandoffError::Shutdown) => Ok(false),
+        Err(HandoffError::Fatal(reason)) => Err(Fatal(reason)),
+    }
+}
+
+/// Sleeps unless shutting down; false when shutting down.
+pub(crate) async fn pause(shutdown: &CancellationToken, d: std::time::Duration) -> bool {
+    tokio::select! {
+        _ = tokio::time::sleep(d) => true,
+        _ = shutdown.cancelled() => false,
+    }
+}
+
+pub(crate) fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}

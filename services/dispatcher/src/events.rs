@@ -1,0 +1,76 @@
+//! The events role: consumes `hookstream.events` in the dispatchers' consumer group and
+//! delivers each event to its endpoints. Undecodable records are dead-lettered with their
+//! bytes and a reason; the partition moves on (invariant 5).
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use hookstream_kafka::{Done, Fatal, Handler, Record, Start};
+use hookstream_proto::{DeadLetter, EventEnvelope, Message as _, SourcePosition};
+
+use crate::context::{now_ms, Context, Finished};
+use crate::fanout::{self, Reroute};
+use crate::handoff;
+
+pub(crate) struct EventsRole {
+    pub(crate) ctx: Arc<Context>,
+}
+
+pub(crate) struct EventWork {
+    payload: Bytes,
+    origin: SourcePosition,
+}
+
+impl Handler for EventsRole {
+    type Work = EventWork;
+
+    fn prepare(&self, record: Record) -> Start<EventWork> {
+        Start::Now(EventWork {
+            origin: SourcePosition {
+                topic: record.topic,
+                partition: record.partition,
+                offset: record.offset,
+            },
+            payload: record.payload,
+        })
+    }
+
+    fn run(self: Arc<Self>, work: EventWork) -> impl std::future::Future<Output = Result<Done, Fatal>> + Send {
+        async move {
+            self.ctx.metrics.in_flight.inc();
+            let result = process(&self.ctx, work).await;
+            self.ctx.metrics.in_flight.dec();
+            done(result)
+        }
+    }
+}
+
+async fn process(ctx: &Context, work: EventWork) -> Finished {
+    let event = match EventEnvelope::decode(work.payload.clone()) {
+        Ok(e) => e,
+        Err(e) => {
+            ctx.metrics.events.with_label_values(&["undecodable"]).inc();
+            let letter = DeadLetter {
+                reason: format!("undecodable event record: {e}"),
+                error_class: "decode".into(),
+                raw: work.payload,
+                origin: Some(work.origin),
+                dead_at_ms: now_ms(),
+                ..Default::default()
+            };
+            return handoff::dead_letter(ctx, letter, "").await;
+        }
+    };
+    fanout::route_and_deliver(ctx, event, work.origin, Reroute::default()).await
+}
+
+/// A `Finished` as the tracked consumer wants it.
+pub(crate) fn done(result: Finished) -> Result<Done, Fatal> {
+    result.map(|finished| {
+        if finished {
+            Done::Finished
+        } else {
+            Done::Unfinished
+        }
+    })
+}

@@ -1,0 +1,141 @@
+//! Routing and fan-out: an event goes to every enabled endpoint of its tenant whose filter
+//! matches, each delivery under the deliveries window. An event whose tenant is unknown is
+//! routed again through the retry tiers, backing off, for `unknown_tenant_retry_ms`, then
+//! dead-lettered (`unknown_tenant`, with the event, so it can be replayed). Used by the events
+//! role, and by the retry role for events that are to be routed again.
+
+use std::time::Duration;
+
+use hookstream_proto::{DeadLetter, DeliveryTask, EventEnvelope, SourcePosition};
+use uuid::Uuid;
+
+use crate::context::{now_ms, pause, Context, Finished};
+use crate::subscriptions::Route;
+use crate::{handoff, outcome};
+
+/// An event routed again: how many times it was, and when its tenant was first missing.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Reroute {
+    pub(crate) tries: u32,
+    pub(crate) first_seen_ms: i64,
+}
+
+/// Routes `event` and delivers it to every matching endpoint.
+pub(crate) async fn route_and_deliver(
+    ctx: &Context,
+    event: EventEnvelope,
+    origin: SourcePosition,
+    reroute: Reroute,
+) -> Finished {
+    let route = match Uuid::parse_str(&event.tenant_id) {
+        Err(_) => Route::UnknownTenant,
+        Ok(tenant) => loop {
+            match ctx
+                .subs
+                .route(tenant, &event.event_type, event.subscription_version)
+                .await
+            {
+                Ok(r) => break r,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot read subscriptions, retrying");
+                    if !pause(&ctx.shutdown, Duration::from_secs(1)).await {
+                        return Ok(false);
+                    }
+                }
+            }
+        },
+    };
+    let endpoints = match route {
+        Route::UnknownTenant => return Box::pin(unknown_tenant(ctx, event, origin, reroute)).await,
+        Route::Endpoints(eps) if eps.is_empty() => {
+            ctx.metrics.events.with_label_values(&["unsubscribed"]).inc();
+            return Ok(true);
+        }
+        Route::Endpoints(eps) => eps,
+    };
+    ctx.metrics.events.with_label_values(&["routed"]).inc();
+    // Memory follows deliveries in flight, not events: a wide fan-out waits for room.
+    let width = endpoints
+        .len()
+        .min(ctx.settings.max_in_flight_deliveries.max(1));
+    let window = ctx
+        .deliveries
+        .clone()
+        .acquire_many_owned(u32::try_from(width).unwrap_or(u32::MAX));
+    let _window = tokio::select! {
+        permits = window => match permits {
+            Ok(p) => p,
+            Err(_) => return Ok(false), // closed: never, but not worth a panic
+        },
+        _ = ctx.shutdown.cancelled() => return Ok(false),
+    };
+    let deliveries = endpoints
+        .iter()
+        .map(|ep| outcome::attempt(ctx, &event, ep, 1, 0, &origin));
+    let mut finished = true;
+    for result in futures::future::join_all(deliveries).await {
+        finished &= result?;
+    }
+    Ok(finished)
+}
+
+/// The tenant is unknown to a snapshot at least as new as the event: routed again later
+/// (the tenant may be restored, or the event predates versions), then dead-lettered.
+async fn unknown_tenant(
+    ctx: &Context,
+    event: EventEnvelope,
+    origin: SourcePosition,
+    reroute: Reroute,
+) -> Finished {
+    let now = now_ms();
+    let first_seen = if reroute.first_seen_ms > 0 {
+        reroute.first_seen_ms
+    } else {
+        now
+    };
+    let waited = now.saturating_sub(first_seen);
+    let bound = i64::try_from(ctx.settings.unknown_tenant_retry_ms).unwrap_or(i64::MAX);
+    if ctx.retry.enabled && waited < bound {
+        ctx.metrics
+            .events
+            .with_label_values(&["unknown_tenant_rerouted"])
+            .inc();
+        // 1 s, 2 s, 4 s, … 32 s, within the bound.
+        let backoff = (1_000i64 << reroute.tries.min(5)).min(bound - waited).max(1);
+        let task = DeliveryTask {
+            endpoint_id: String::new(),
+            attempt: reroute.tries.saturating_add(1),
+            due_at_ms: now.saturating_add(backoff),
+            first_attempt_at_ms: first_seen,
+            origin: Some(origin),
+            last_status: 0,
+            last_error_class: "unknown_tenant".into(),
+            last_error: format!("unknown tenant {}", event.tenant_id),
+            event: Some(event),
+        };
+        return handoff::to_retry_tier(ctx, &task).await;
+    }
+    ctx.metrics.events.with_label_values(&["unknown_tenant"]).inc();
+    let reason = if waited > 0 {
+        format!(
+            "unknown tenant {} (routed again for {} s)",
+            event.tenant_id,
+            waited / 1000
+        )
+    } else {
+        format!("unknown tenant {}", event.tenant_id)
+    };
+    let letter = DeadLetter {
+        tenant_id: event.tenant_id.clone(),
+        reason,
+        error_class: "unknown_tenant".into(),
+        attempts: reroute.tries,
+        first_attempt_at_ms: first_seen,
+        origin: Some(origin),
+        dead_at_ms: now_ms(),
+        event: Some(event),
+        ..Default::default()
+    };
+    let key = letter.tenant_id.clone();
+    handoff::dead_letter(ctx, letter, &key).await
+}
