@@ -441,6 +441,7 @@ pub async fn run(plan: &Plan) -> anyhow::Result<Outcome> {
             let (created, secret) = endpoints::create(
                 &env.pool,
                 &sealer,
+                &env.address_policy(),
                 NewEndpoint {
                     tenant_id: tenant,
                     url: format!("http://{addr}/hook"),

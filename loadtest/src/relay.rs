@@ -221,7 +221,7 @@ async fn drain(
     for p in procs {
         p.terminate().await;
     }
-    let in_kafka: i64 = env.end_offsets(&env.kafka.topics.events)?.iter().sum();
+    let in_kafka: i64 = env.end_offsets(&env.kafka.topics.events).await?.iter().sum();
     discard(env).await;
     let result = json!({
         "relays": relays,

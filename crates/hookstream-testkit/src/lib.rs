@@ -18,6 +18,7 @@ use anyhow::Context as _;
 use hookstream_config::{DatabaseConfig, KafkaConfig, RetryConfig, SecretsConfig, TopicsConfig};
 use hookstream_kafka::rdkafka::consumer::{BaseConsumer, Consumer};
 use hookstream_kafka::rdkafka::{Message as _, Offset, TopicPartitionList};
+use hookstream_kafka::TopicSpec;
 use hookstream_store::outbox::NewEvent;
 use hookstream_store::sqlx::{self, PgPool};
 use uuid::Uuid;
@@ -79,19 +80,15 @@ impl TestEnv {
             brokers: brokers(),
             topics: topics.clone(),
             group_id: format!("test.{id}.dispatcher"),
-            client: Default::default(),
+            ..Default::default()
         };
-        hookstream_kafka::ensure_topics(
-            &kafka,
-            &[
-                (&topics.events, partitions),
-                (&topics.dlq, partitions),
-                (&topics.attempts, partitions),
-            ],
-            1,
-        )
-        .await
-        .context("creating test topics (is Kafka running?)")?;
+        let specs: Vec<TopicSpec> = [&topics.events, &topics.dlq, &topics.attempts]
+            .into_iter()
+            .map(|t| TopicSpec::new(t.as_str(), partitions).replication(1))
+            .collect();
+        hookstream_kafka::ensure_topics(&kafka, &specs)
+            .await
+            .context("creating test topics (is Kafka running?)")?;
         let retry = RetryConfig {
             topic_prefix: format!("test.{id}.retry."),
             group_id: format!("test.{id}.retry"),
@@ -163,6 +160,12 @@ impl TestEnv {
         hookstream_store::sealing::Sealer::from_config(&self.secrets).expect("the test key is valid")
     }
 
+    /// The address policy of a test's services: public addresses and loopback (receivers on
+    /// 127.0.0.1 are allow-listed, as `process::dispatcher_env` does for the services).
+    pub fn address_policy(&self) -> hookstream_egress::AddressPolicy {
+        hookstream_egress::AddressPolicy::new(vec!["127.0.0.0/8".parse().expect("a valid cidr")])
+    }
+
     /// A log file path for a child process of this test.
     pub fn log_path(&self, name: &str) -> std::path::PathBuf {
         let dir = std::env::temp_dir().join("hookstream-tests").join(&self.name);
@@ -201,7 +204,8 @@ impl TestEnv {
             url: receiver.url(),
             ..new
         };
-        let (ep, secret) = hookstream_store::endpoints::create(&self.pool, &self.sealer(), new).await?;
+        let (ep, secret) =
+            hookstream_store::endpoints::create(&self.pool, &self.sealer(), &self.address_policy(), new).await?;
         receiver.set_secret(&secret.expose());
         Ok(ep.id)
     }
@@ -225,42 +229,71 @@ impl TestEnv {
     }
 
     /// End offsets (high watermarks) of every partition of a topic. Retries for a while:
-    /// a young broker answers "not leader" until partition metadata has settled.
-    pub fn end_offsets(&self, topic: &str) -> anyhow::Result<Vec<i64>> {
-        let consumer: BaseConsumer = hookstream_kafka::client_config(&self.kafka).create()?;
-        retry_transient(|| {
-            (0..self.partitions)
-                .map(|p| Ok(consumer.fetch_watermarks(topic, p, Duration::from_secs(10))?.1))
-                .collect()
+    /// a young broker answers "not leader" until partition metadata has settled. (Blocking
+    /// Kafka calls run off the runtime's worker threads.)
+    pub async fn end_offsets(&self, topic: &str) -> anyhow::Result<Vec<i64>> {
+        let (kafka, topic, partitions) = (self.kafka.clone(), topic.to_string(), self.partitions);
+        tokio::task::spawn_blocking(move || {
+            let consumer: BaseConsumer = hookstream_kafka::client_config(&kafka).create()?;
+            retry_transient(|| {
+                (0..partitions)
+                    .map(|p| Ok(consumer.fetch_watermarks(&topic, p, Duration::from_secs(10))?.1))
+                    .collect()
+            })
         })
+        .await?
     }
 
     /// The offsets the dispatcher's group committed on a topic (-1 where none).
-    pub fn committed_offsets(&self, topic: &str) -> anyhow::Result<Vec<i64>> {
-        let mut cfg = hookstream_kafka::client_config(&self.kafka);
-        cfg.set("group.id", &self.kafka.group_id);
-        let consumer: BaseConsumer = cfg.create()?;
-        let mut tpl = TopicPartitionList::new();
-        for p in 0..self.partitions {
-            tpl.add_partition(topic, p);
-        }
-        let committed =
-            retry_transient(|| Ok(consumer.committed_offsets(tpl.clone(), Duration::from_secs(10))?))?;
-        Ok(committed
-            .elements()
-            .iter()
-            .map(|e| match e.offset() {
-                Offset::Offset(o) => o,
-                _ => -1,
-            })
-            .collect())
+    pub async fn committed_offsets(&self, topic: &str) -> anyhow::Result<Vec<i64>> {
+        self.group_offsets(&self.kafka.group_id.clone(), topic).await
+    }
+
+    /// The offsets a consumer group committed on a topic (-1 where none).
+    pub async fn group_offsets(&self, group: &str, topic: &str) -> anyhow::Result<Vec<i64>> {
+        let (kafka, topic, partitions, group) =
+            (self.kafka.clone(), topic.to_string(), self.partitions, group.to_string());
+        tokio::task::spawn_blocking(move || {
+            let mut cfg = hookstream_kafka::client_config(&kafka);
+            cfg.set("group.id", &group);
+            let consumer: BaseConsumer = cfg.create()?;
+            let mut tpl = TopicPartitionList::new();
+            for p in 0..partitions {
+                tpl.add_partition(&topic, p);
+            }
+            let committed =
+                retry_transient(|| Ok(consumer.committed_offsets(tpl.clone(), Duration::from_secs(10))?))?;
+            Ok(committed
+                .elements()
+                .iter()
+                .map(|e| match e.offset() {
+                    Offset::Offset(o) => o,
+                    _ => -1,
+                })
+                .collect())
+        })
+        .await?
+    }
+
+    /// Waits until the dispatcher's group has committed every record of the events topic.
+    pub async fn committed_to_end(&self, timeout: Duration) -> bool {
+        let topic = &self.kafka.topics.events;
+        eventually(timeout, move || async move {
+            match (self.end_offsets(topic).await, self.committed_offsets(topic).await) {
+                (Ok(ends), Ok(committed)) => ends.iter().zip(&committed).all(|(e, c)| *e == 0 || c == e),
+                _ => false,
+            }
+        })
+        .await
     }
 
     /// Reads every record of a topic, from the beginning up to its end offsets as of now.
-    pub fn read_all(&self, topic: &str) -> anyhow::Result<Vec<Record>> {
-        let ends = self.end_offsets(topic)?;
+    pub async fn read_all(&self, topic: &str) -> anyhow::Result<Vec<Record>> {
+        let ends = self.end_offsets(topic).await?;
         let total: i64 = ends.iter().sum();
-        let records = self.read_topic(topic, total as usize, Duration::from_secs(60))?;
+        let records = self
+            .read_topic(topic, total as usize, Duration::from_secs(60))
+            .await?;
         anyhow::ensure!(
             records.len() as i64 >= total,
             "read {} of {total} records of {topic}",
@@ -270,38 +303,50 @@ impl TestEnv {
     }
 
     /// Reads every record of a topic from the beginning until `expected` were read or
-    /// `timeout` passed; returns (partition, key, payload) in partition order.
-    pub fn read_topic(&self, topic: &str, expected: usize, timeout: Duration) -> anyhow::Result<Vec<Record>> {
-        let mut cfg = hookstream_kafka::client_config(&self.kafka);
-        cfg.set("group.id", format!("reader.{}", Uuid::new_v4()))
-            .set("enable.auto.commit", "false");
-        let consumer: BaseConsumer = cfg.create()?;
-        let mut tpl = TopicPartitionList::new();
-        for p in 0..self.partitions {
-            tpl.add_partition_offset(topic, p, Offset::Beginning)?;
-        }
-        consumer.assign(&tpl)?;
-        let mut out = Vec::new();
-        let deadline = Instant::now() + timeout;
-        while out.len() < expected && Instant::now() < deadline {
-            if let Some(m) = consumer.poll(Duration::from_millis(200)) {
-                let m = m?;
-                out.push(Record {
-                    partition: m.partition(),
-                    offset: m.offset(),
-                    key: m
-                        .key()
-                        .map(|k| String::from_utf8_lossy(k).into_owned())
-                        .unwrap_or_default(),
-                    payload: m.payload().unwrap_or_default().to_vec(),
-                });
-            }
-        }
-        Ok(out)
+    /// `timeout` passed; returns them in partition order.
+    pub async fn read_topic(&self, topic: &str, expected: usize, timeout: Duration) -> anyhow::Result<Vec<Record>> {
+        let (kafka, topic, partitions) = (self.kafka.clone(), topic.to_string(), self.partitions);
+        tokio::task::spawn_blocking(move || read_topic(&kafka, &topic, partitions, expected, timeout)).await?
     }
 }
 
-/// Runs a blocking Kafka query, retrying errors for up to 15 s.
+fn read_topic(
+    kafka: &KafkaConfig,
+    topic: &str,
+    partitions: i32,
+    expected: usize,
+    timeout: Duration,
+) -> anyhow::Result<Vec<Record>> {
+    let mut cfg = hookstream_kafka::client_config(kafka);
+    cfg.set("group.id", format!("reader.{}", Uuid::new_v4()))
+        .set("enable.auto.commit", "false");
+    let consumer: BaseConsumer = cfg.create()?;
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..partitions {
+        tpl.add_partition_offset(topic, p, Offset::Beginning)?;
+    }
+    consumer.assign(&tpl)?;
+    let mut out = Vec::new();
+    let deadline = Instant::now() + timeout;
+    while out.len() < expected && Instant::now() < deadline {
+        if let Some(m) = consumer.poll(Duration::from_millis(200)) {
+            let m = m?;
+            out.push(Record {
+                partition: m.partition(),
+                offset: m.offset(),
+                timestamp_ms: m.timestamp().to_millis(),
+                key: m
+                    .key()
+                    .map(|k| String::from_utf8_lossy(k).into_owned())
+                    .unwrap_or_default(),
+                payload: m.payload().unwrap_or_default().to_vec(),
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// Runs a blocking Kafka query, retrying errors for up to 15 s (call it off the runtime).
 fn retry_transient<T>(mut query: impl FnMut() -> anyhow::Result<T>) -> anyhow::Result<T> {
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
@@ -321,6 +366,9 @@ fn retry_transient<T>(mut query: impl FnMut() -> anyhow::Result<T>) -> anyhow::R
 pub struct Record {
     pub partition: i32,
     pub offset: i64,
+    /// The record's timestamp (ms since the epoch): the broker's append time on the retry
+    /// tiers, the producer's elsewhere.
+    pub timestamp_ms: Option<i64>,
     pub key: String,
     pub payload: Vec<u8>,
 }

@@ -67,6 +67,8 @@ fn start_dispatcher(env: &TestEnv) -> Service {
     // Receivers run on loopback: allow-list it explicitly, as the local stack does.
     cfg.delivery.allow_cidrs = vec!["127.0.0.0/8".parse().unwrap()];
     cfg.dispatcher.shutdown_grace_ms = 5_000;
+    // An unknown tenant is routed again for 3 s (1 s, then 2 s later), then dead-lettered.
+    cfg.dispatcher.unknown_tenant_retry_ms = 3_000;
     cfg.dlq.sink_group_id = env.dlq_sink_group();
     let shutdown = CancellationToken::new();
     let token = shutdown.clone();
@@ -81,18 +83,11 @@ fn start_dispatcher(env: &TestEnv) -> Service {
 
 /// Waits until the dispatcher's group has committed every record of the events topic.
 async fn wait_committed_to_end(env: &TestEnv) -> bool {
-    let topic = env.kafka.topics.events.clone();
-    eventually(Duration::from_secs(30), || {
-        let ends = env.end_offsets(&topic).unwrap();
-        let committed = env.committed_offsets(&topic).unwrap();
-        let done = ends.iter().zip(&committed).all(|(end, c)| *end == 0 || c == end);
-        async move { done }
-    })
-    .await
+    env.committed_to_end(Duration::from_secs(30)).await
 }
 
-fn dead_letters(env: &TestEnv, expected: usize) -> Vec<DeadLetter> {
-    env.read_topic(&env.kafka.topics.dlq, expected, Duration::from_secs(15))
+async fn dead_letters(env: &TestEnv, expected: usize) -> Vec<DeadLetter> {
+    env.read_topic(&env.kafka.topics.dlq, expected, Duration::from_secs(15)).await
         .unwrap()
         .into_iter()
         .map(|r| DeadLetter::decode(r.payload.as_slice()).expect("dead letters decode"))
@@ -204,7 +199,7 @@ async fn delivers_1000_events_to_exactly_the_subscribed_endpoints() {
         }
     }
     assert_eq!(env.outbox_len().await.unwrap(), 0, "the relay emptied the outbox");
-    assert!(dead_letters(&env, 1).is_empty(), "nothing was dead-lettered");
+    assert!(dead_letters(&env, 1).await.is_empty(), "nothing was dead-lettered");
 
     dispatcher.stop().await;
     relay.stop().await;
@@ -225,9 +220,9 @@ async fn an_unsubscribed_event_goes_nowhere_and_its_offset_still_advances() {
     env.publish(&events).await.unwrap();
 
     assert!(
-        eventually(Duration::from_secs(30), || {
-            let ends: i64 = env.end_offsets(&env.kafka.topics.events).unwrap().iter().sum();
-            async move { ends == 20 }
+        eventually(Duration::from_secs(30), || async {
+            let ends: i64 = env.end_offsets(&env.kafka.topics.events).await.unwrap().iter().sum();
+            ends == 20
         })
         .await,
         "all 20 events reached Kafka"
@@ -238,7 +233,7 @@ async fn an_unsubscribed_event_goes_nowhere_and_its_offset_still_advances() {
     );
     assert_eq!(receiver.count(), 0, "no endpoint subscribes to user.deleted");
     assert!(
-        dead_letters(&env, 1).is_empty(),
+        dead_letters(&env, 1).await.is_empty(),
         "an unsubscribed event is not an error"
     );
 
@@ -287,7 +282,7 @@ async fn bad_outbox_rows_are_quarantined_and_do_not_block_the_rows_behind_them()
     );
     // One aggregate, one key: the events topic holds them in commit order.
     let in_kafka: Vec<String> = env
-        .read_topic(&env.kafka.topics.events, 10, Duration::from_secs(10))
+        .read_topic(&env.kafka.topics.events, 10, Duration::from_secs(10)).await
         .unwrap()
         .iter()
         .map(|r| EventEnvelope::decode(r.payload.as_slice()).unwrap().event_id)
@@ -347,13 +342,16 @@ async fn failed_deliveries_and_poison_records_are_dead_lettered_with_a_reason() 
         .await
         .unwrap();
 
-    let letters = dead_letters(&env, 4);
+    let letters = dead_letters(&env, 4).await;
     assert_eq!(letters.len(), 4, "{letters:?}");
     let by_class: HashMap<&str, &DeadLetter> = letters.iter().map(|l| (l.error_class.as_str(), l)).collect();
     let decode = by_class["decode"];
     assert!(decode.reason.contains("undecodable"), "{}", decode.reason);
     assert_eq!(&decode.raw[..], b"\xff\xfe not protobuf", "raw bytes are kept");
-    assert!(by_class["unknown_tenant"].reason.starts_with("unknown tenant"));
+    let ghost = by_class["unknown_tenant"];
+    assert!(ghost.reason.starts_with("unknown tenant"), "{}", ghost.reason);
+    assert!(ghost.reason.contains("routed again for"), "retried before it was given up: {}", ghost.reason);
+    assert!(ghost.event.is_some(), "kept with its event, so it can be replayed");
     let http5 = by_class["http_5xx"];
     assert_eq!(http5.endpoint_id, broken_ep.to_string());
     assert_eq!(http5.last_status, 500);

@@ -8,7 +8,7 @@ use anyhow::{bail, Context as _};
 use base64::Engine as _;
 use chrono::{DateTime, NaiveDate, Utc};
 use clap::{Args, Subcommand};
-use dispatcher::replay::{ReplayOptions, ReplayReport, Replayer, DEFAULT_RATE_PER_S};
+use hookstream_replay::{ReplayOptions, ReplayReport, Replayer, DEFAULT_RATE_PER_S};
 use hookstream_config::{KafkaConfig, RetryConfig};
 use hookstream_proto::{EventEnvelope, Message as _};
 use hookstream_store::dead_letters::{self, DeadLetter, DeadLetterDetail, Filter};

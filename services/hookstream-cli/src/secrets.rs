@@ -48,11 +48,13 @@ pub fn generate_key(id: &str) -> anyhow::Result<()> {
 
 pub async fn seal(pool: &PgPool, cfg: &SecretsConfig) -> anyhow::Result<()> {
     let sealer = sealer(cfg)?;
-    let changed = endpoints::reseal_secrets(pool, &sealer)
+    let done = endpoints::reseal(pool, &sealer)
         .await
-        .context("sealing endpoint secrets")?;
+        .context("sealing endpoint secrets and urls")?;
     println!(
-        "{changed} endpoint secret(s) sealed with key {}",
+        "{} endpoint secret(s) and {} endpoint url(s) sealed with key {}",
+        done.secrets,
+        done.urls,
         sealer.active_key_id()
     );
     Ok(())

@@ -10,11 +10,12 @@
 
 #![forbid(unsafe_code)]
 
+mod config;
+mod maintenance;
 mod metrics;
 
 use std::time::{Duration, Instant};
 
-use hookstream_config::{DatabaseConfig, KafkaConfig, TelemetryConfig};
 use hookstream_kafka::rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use hookstream_kafka::rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
 use hookstream_proto::{EventEnvelope, Message as _};
@@ -24,57 +25,16 @@ use hookstream_store::sqlx::{self, Connection, PgPool};
 use hookstream_store::wakeup::Wakeup;
 use hookstream_store::StoreError;
 use hookstream_telemetry::prometheus::Registry;
-use hookstream_telemetry::Health;
-use serde::{Deserialize, Serialize};
+use hookstream_telemetry::{Health, ServiceError, Supervisor};
 use tokio_util::sync::CancellationToken;
 
+pub use config::{Config, RelaySettings};
 pub use metrics::RelayMetrics;
 
 /// Namespace (first key) of the shard advisory locks.
 const SHARD_LOCK_NAMESPACE: i32 = 0x486b_5374; // "HkSt"
 /// Every live relay holds this advisory lock (shared); their number sets the fair share.
 const MEMBERS_LOCK_NAMESPACE: i32 = 0x486b_5375;
-
-/// The relay's configuration file (see `config/` for examples).
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct Config {
-    pub database: DatabaseConfig,
-    pub kafka: KafkaConfig,
-    pub telemetry: TelemetryConfig,
-    pub relay: RelaySettings,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct RelaySettings {
-    /// Most rows claimed in one transaction.
-    pub batch_size: i64,
-    /// Fallback poll when no NOTIFY arrives.
-    pub poll_interval_ms: u64,
-    /// How long Kafka may take to acknowledge before the batch is rolled back and retried.
-    pub produce_timeout_ms: u64,
-    /// Largest encoded record shipped; larger rows are quarantined (keep below the topic's
-    /// `max.message.bytes`).
-    pub max_record_bytes: usize,
-    /// Ceiling of the exponential backoff after Kafka or PostgreSQL errors.
-    pub max_backoff_ms: u64,
-    /// How often to try to take over shards that have no owner.
-    pub rebalance_interval_ms: u64,
-}
-
-impl Default for RelaySettings {
-    fn default() -> Self {
-        Self {
-            batch_size: 1000,
-            poll_interval_ms: 500,
-            produce_timeout_ms: 30_000,
-            max_record_bytes: 1_000_000,
-            max_backoff_ms: 30_000,
-            rebalance_interval_ms: 2_000,
-        }
-    }
-}
 
 #[derive(Debug, thiserror::Error)]
 pub enum RelayError {
@@ -84,10 +44,14 @@ pub enum RelayError {
     Database(#[from] sqlx::Error),
     #[error("kafka error: {0}")]
     Kafka(#[from] KafkaError),
+    #[error(transparent)]
+    TaskFailed(#[from] hookstream_telemetry::TaskFailed),
 }
 
-/// Runs the relay until `shutdown` is cancelled; then finishes the batch in flight, releases
-/// its shards and returns.
+impl ServiceError for RelayError {}
+
+/// Runs the relay until `shutdown` is cancelled (or one of its tasks fails); then finishes
+/// the batch in flight, releases its shards and returns.
 pub async fn run(
     cfg: Config,
     registry: &Registry,
@@ -102,8 +66,20 @@ pub async fn run(
     let producer: FutureProducer =
         hookstream_kafka::producer_config(&cfg.kafka, Duration::from_millis(cfg.relay.produce_timeout_ms))
             .create()?;
-    let backlog = tokio::spawn(watch_backlog(pool.clone(), metrics.clone(), shutdown.clone()));
-    let mut relay = Relay {
+    let mut supervisor = Supervisor::new(
+        health.clone(),
+        shutdown.clone(),
+        Duration::from_millis(cfg.relay.produce_timeout_ms) + Duration::from_secs(10),
+    );
+    supervisor.spawn(
+        "backlog watcher",
+        maintenance::watch_backlog(pool.clone(), metrics.clone(), shutdown.clone()),
+    );
+    supervisor.spawn(
+        "idempotency key pruner",
+        maintenance::prune_idempotency_keys(pool.clone(), cfg.relay.clone(), shutdown.clone()),
+    );
+    let relay = Relay {
         cfg,
         pool,
         producer,
@@ -112,14 +88,21 @@ pub async fn run(
         owner: None,
         shards: vec![],
     };
-    health.set_ready(true);
-    let result = relay.run_loop().await;
-    health.set_ready(false);
-    relay.release().await;
-    backlog.abort();
-    // Flush whatever the producer still holds (only acknowledged rows were deleted anyway).
-    let _ = relay.producer.flush(Duration::from_secs(5));
-    result
+    let ready = health.clone();
+    supervisor.spawn("relay", async move {
+        ready.set_ready(true);
+        let mut relay = relay;
+        let result = relay.run_loop().await;
+        ready.set_ready(false);
+        relay.release().await;
+        // Flush whatever the producer still holds (only acknowledged rows were deleted
+        // anyway); flushing blocks, so off the runtime's worker threads.
+        let producer = relay.producer.clone();
+        let _ = tokio::task::spawn_blocking(move || producer.flush(Duration::from_secs(5))).await;
+        result
+    });
+    supervisor.wait().await?;
+    Ok(())
 }
 
 struct Relay {
@@ -406,19 +389,7 @@ fn envelope(row: &OutboxRow) -> EventEnvelope {
         headers,
         created_at_ms: row.created_at.timestamp_millis(),
         outbox_id: row.id,
-    }
-}
-
-async fn watch_backlog(pool: PgPool, metrics: RelayMetrics, shutdown: CancellationToken) {
-    loop {
-        if let Ok((rows, age)) = outbox::backlog(&pool).await {
-            metrics.backlog_rows.set(rows);
-            metrics.oldest_age_seconds.set(age);
-        }
-        tokio::select! {
-            _ = tokio::time::sleep(Duration::from_secs(5)) => {}
-            _ = shutdown.cancelled() => return,
-        }
+        subscription_version: row.subscription_version,
     }
 }
 

@@ -133,7 +133,7 @@ async fn kafka_down_for_thirty_seconds_under_load_loses_nothing() {
         .await,
         "the backlog drained by itself after Kafka came back"
     );
-    let records = env.read_all(&env.kafka.topics.events).unwrap();
+    let records = env.read_all(&env.kafka.topics.events).await.unwrap();
     let seen = counts(
         records
             .iter()

@@ -66,9 +66,9 @@ async fn publish_load(
 
 /// Reads the events topic and checks: every event present, per-aggregate first occurrences in
 /// commit order. Returns the number of duplicate records.
-fn check_kafka(env: &TestEnv, tenant: Uuid, expected: &HashMap<String, Vec<String>>) -> usize {
+async fn check_kafka(env: &TestEnv, tenant: Uuid, expected: &HashMap<String, Vec<String>>) -> usize {
     let total: usize = expected.values().map(Vec::len).sum();
-    let records = env.read_all(&env.kafka.topics.events).unwrap();
+    let records = env.read_all(&env.kafka.topics.events).await.unwrap();
     let mut seen: HashMap<String, Vec<String>> = HashMap::new();
     for r in &records {
         let e = EventEnvelope::decode(r.payload.as_slice()).expect("envelope decodes");
@@ -233,7 +233,7 @@ async fn several_relays_share_shards_keep_per_aggregate_order_and_take_over_a_ki
     for (agg, ids) in more {
         expected.entry(agg).or_default().extend(ids);
     }
-    let duplicates = check_kafka(&env, tenant, &expected);
+    let duplicates = check_kafka(&env, tenant, &expected).await;
     println!("10,000 events, 3 relays, one SIGKILLed: {duplicates} duplicate records");
     assert_eq!(b.terminate().await, Some(0), "graceful exit on SIGTERM");
     assert_eq!(c.terminate().await, Some(0));
@@ -265,7 +265,7 @@ async fn sigkill_mid_batch_twenty_times_loses_nothing() {
         .await,
         "the outbox drained after 20 SIGKILLs"
     );
-    let duplicates = check_kafka(&env, tenant, &expected);
+    let duplicates = check_kafka(&env, tenant, &expected).await;
     println!("8,000 events, relay SIGKILLed 20 times: {duplicates} duplicate records");
     assert_eq!(last.terminate().await, Some(0));
 }
@@ -298,7 +298,7 @@ async fn a_row_too_large_for_the_topic_is_quarantined_and_the_rows_behind_it_flo
         quarantined[0].reason
     );
     let shipped: Vec<String> = env
-        .read_all(&env.kafka.topics.events)
+        .read_all(&env.kafka.topics.events).await
         .unwrap()
         .iter()
         .map(|r| EventEnvelope::decode(r.payload.as_slice()).unwrap().event_id)

@@ -1,0 +1,91 @@
+//! The relay's configuration: the shared sections and `[relay]`.
+
+use hookstream_config::{ConfigError, DatabaseConfig, KafkaConfig, TelemetryConfig, Validate};
+use serde::{Deserialize, Serialize};
+
+/// The relay's configuration file (see `config/` for examples).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    pub database: DatabaseConfig,
+    pub kafka: KafkaConfig,
+    pub telemetry: TelemetryConfig,
+    pub relay: RelaySettings,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RelaySettings {
+    /// Most rows claimed in one transaction.
+    pub batch_size: i64,
+    /// Fallback poll when no NOTIFY arrives.
+    pub poll_interval_ms: u64,
+    /// How long Kafka may take to acknowledge before the batch is rolled back and retried.
+    pub produce_timeout_ms: u64,
+    /// Largest encoded record shipped; larger rows are quarantined (keep below the topic's
+    /// `max.message.bytes`).
+    pub max_record_bytes: usize,
+    /// Ceiling of the exponential backoff after Kafka or PostgreSQL errors.
+    pub max_backoff_ms: u64,
+    /// How often to try to take over shards that have no owner.
+    pub rebalance_interval_ms: u64,
+    /// Idempotency keys (`hookstream.enqueue`'s last argument) are kept this many days; a key
+    /// used again after that enqueues a new event. 0 keeps them for ever.
+    pub idempotency_window_days: u32,
+    /// How often old idempotency keys are pruned.
+    pub prune_interval_ms: u64,
+}
+
+impl Default for RelaySettings {
+    fn default() -> Self {
+        Self {
+            batch_size: 1000,
+            poll_interval_ms: 500,
+            produce_timeout_ms: 30_000,
+            max_record_bytes: 1_000_000,
+            max_backoff_ms: 30_000,
+            rebalance_interval_ms: 2_000,
+            idempotency_window_days: 7,
+            prune_interval_ms: 3_600_000,
+        }
+    }
+}
+
+impl Validate for Config {
+    fn validate(&self) -> Result<(), ConfigError> {
+        self.database.validate()?;
+        self.kafka.validate()?;
+        self.telemetry.validate()?;
+        self.relay.validate()
+    }
+}
+
+impl Validate for RelaySettings {
+    fn validate(&self) -> Result<(), ConfigError> {
+        let positive = [
+            ("relay.batch_size", self.batch_size.max(0) as u64),
+            ("relay.poll_interval_ms", self.poll_interval_ms),
+            ("relay.produce_timeout_ms", self.produce_timeout_ms),
+            ("relay.max_record_bytes", self.max_record_bytes as u64),
+            ("relay.max_backoff_ms", self.max_backoff_ms),
+            ("relay.rebalance_interval_ms", self.rebalance_interval_ms),
+            ("relay.prune_interval_ms", self.prune_interval_ms),
+        ];
+        if let Some((key, _)) = positive.iter().find(|(_, v)| *v == 0) {
+            return Err(ConfigError::new(format!("{key} must be at least 1")));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zero_batches_and_intervals_are_refused_by_name() {
+        let err = hookstream_config::load_toml_str::<Config>("[relay]\nbatch_size = 0\n").unwrap_err();
+        assert!(err.to_string().contains("relay.batch_size"), "{err}");
+        hookstream_config::load_toml_str::<Config>("").unwrap();
+    }
+}
