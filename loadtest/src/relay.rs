@@ -32,14 +32,23 @@ fn repo_root() -> PathBuf {
 /// `cargo test --workspace` made).
 pub const SERVICES_DIR_VAR: &str = "LOADTEST_SERVICES_DIR";
 
-/// Starts PostgreSQL and Kafka if needed and builds the release binaries.
+/// Starts PostgreSQL and Kafka if needed and builds the release binaries. When both
+/// `HOOKSTREAM_TEST_DATABASE_URL` and `HOOKSTREAM_TEST_KAFKA_BROKERS` are set, the caller
+/// named a running stack (as `make test` does after starting it) and none is started: from
+/// another checkout, the stack scripts would see that stack's ports taken by a state
+/// directory not theirs and fail.
 pub fn prepare() -> anyhow::Result<()> {
     let root = repo_root();
-    let ok = std::process::Command::new("bash")
-        .arg(root.join("scripts/stack/infra.sh"))
-        .arg("start")
-        .status()?;
-    anyhow::ensure!(ok.success(), "could not start PostgreSQL and Kafka");
+    let given = ["HOOKSTREAM_TEST_DATABASE_URL", "HOOKSTREAM_TEST_KAFKA_BROKERS"]
+        .iter()
+        .all(|v| std::env::var_os(v).is_some());
+    if !given {
+        let ok = std::process::Command::new("bash")
+            .arg(root.join("scripts/stack/infra.sh"))
+            .arg("start")
+            .status()?;
+        anyhow::ensure!(ok.success(), "could not start PostgreSQL and Kafka");
+    }
     if std::env::var_os(SERVICES_DIR_VAR).is_none() {
         let ok = std::process::Command::new("cargo")
             .args([
