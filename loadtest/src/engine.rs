@@ -21,15 +21,12 @@ use serde::Serialize;
 use serde_json::json;
 use uuid::Uuid;
 
+use crate::baseline;
 use crate::procstat;
-use crate::relay::service_bin;
 use crate::report::Latency;
+use crate::schedule::{MIN_THROTTLED_DELAY_MS, RETRY_JITTER, RETRY_SCHEDULE_MS};
+use crate::stack::service_bin;
 
-/// The compressed retry schedule every engine run uses (ms before attempt 2, 3, …; 150 s in
-/// all, so an event survives a 60 s outage), the throttle minimum and the jitter.
-pub const RETRY_SCHEDULE_MS: [u64; 9] = [1000, 2000, 4000, 8000, 15000, 30000, 30000, 30000, 30000];
-pub const MIN_THROTTLED_DELAY_MS: u64 = 1000;
-pub const RETRY_JITTER: f64 = 0.2;
 /// Retry due times travel as whole milliseconds (Kafka timestamps), so a retry may arrive up
 /// to 1 ms before the exact receiver-side gap; only earlier than that counts as early.
 const DUE_RESOLUTION_MS: f64 = 1.0;
@@ -271,13 +268,13 @@ async fn vacant_addr() -> anyhow::Result<SocketAddr> {
 #[derive(Clone)]
 enum Sink {
     Outbox(Uuid),
-    Queue(Arc<Vec<crate::baseline::Target>>),
+    Queue(Arc<Vec<baseline::Target>>),
 }
 
 async fn produce(pool: &PgPool, sink: &Sink, n: usize) -> anyhow::Result<()> {
     match sink {
         Sink::Outbox(tenant) => enqueue(pool, *tenant, n).await,
-        Sink::Queue(endpoints) => crate::baseline::enqueue(pool, endpoints, n).await,
+        Sink::Queue(endpoints) => baseline::enqueue(pool, endpoints, n).await,
     }
 }
 
@@ -468,11 +465,11 @@ pub async fn run(plan: &Plan) -> anyhow::Result<Outcome> {
     let sink = match plan.system {
         System::Hookstream => Sink::Outbox(tenant),
         System::Baseline { .. } => {
-            sqlx::query(crate::baseline::DDL).execute(&env.pool).await?;
+            sqlx::query(baseline::DDL).execute(&env.pool).await?;
             Sink::Queue(Arc::new(
                 fleet
                     .iter()
-                    .map(|e| crate::baseline::Target {
+                    .map(|e| baseline::Target {
                         url: format!("http://{}/hook", e.addr),
                         secret: e.secret.clone(),
                         timeout_ms: e.timeout_ms,
@@ -600,15 +597,7 @@ fn start_services(plan: &Plan, env: &TestEnv, services: &mut Vec<Service>) -> an
             )?);
         }
         System::Baseline { sleep_ms, workers } => {
-            let vars = vec![
-                (crate::BASELINE_ROLE_VAR.to_string(), "1".to_string()),
-                (
-                    "LOADTEST_BASELINE_DATABASE_URL".to_string(),
-                    env.database.url.clone(),
-                ),
-                ("LOADTEST_BASELINE_SLEEP_MS".to_string(), sleep_ms.to_string()),
-                ("LOADTEST_BASELINE_WORKERS".to_string(), workers.to_string()),
-            ];
+            let vars = baseline::worker_env(&env.database.url, sleep_ms, workers);
             services.push(Service::start(
                 "baseline",
                 std::env::current_exe()?,
@@ -698,7 +687,7 @@ async fn drive(
             .sum();
         let backlog = match plan.system {
             System::Hookstream => env.outbox_len().await.unwrap_or(-1),
-            System::Baseline { .. } => crate::baseline::backlog(&env.pool).await.unwrap_or(-1),
+            System::Baseline { .. } => baseline::backlog(&env.pool).await.unwrap_or(-1),
         };
         let lag_now = lag.lock().ok().and_then(|l| *l);
         timeline.push(Sample {

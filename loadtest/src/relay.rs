@@ -19,74 +19,12 @@ use hookstream_testkit::TestEnv;
 use serde_json::json;
 use uuid::Uuid;
 
-use crate::html::{self, Chart};
+use crate::chart::{self, Chart, Points};
+use crate::cli::RunArgs;
+use crate::procstat;
 use crate::report::{Latency, Machine};
-use crate::{procstat, RunArgs};
-
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-/// Set to a directory holding `outbox-relay` and `dispatcher` to run those builds instead of
-/// building and running the release builds (the harness's own test runs the debug builds
-/// `cargo test --workspace` made).
-pub const SERVICES_DIR_VAR: &str = "LOADTEST_SERVICES_DIR";
-
-/// Starts PostgreSQL and Kafka if needed and builds the release binaries. When both
-/// `HOOKSTREAM_TEST_DATABASE_URL` and `HOOKSTREAM_TEST_KAFKA_BROKERS` are set, the caller
-/// named a running stack (as `make test` does after starting it) and none is started: from
-/// another checkout, the stack scripts would see that stack's ports taken by a state
-/// directory not theirs and fail.
-pub fn prepare() -> anyhow::Result<()> {
-    let root = repo_root();
-    let given = ["HOOKSTREAM_TEST_DATABASE_URL", "HOOKSTREAM_TEST_KAFKA_BROKERS"]
-        .iter()
-        .all(|v| std::env::var_os(v).is_some());
-    if !given {
-        let ok = std::process::Command::new("bash")
-            .arg(root.join("scripts/stack/infra.sh"))
-            .arg("start")
-            .status()?;
-        anyhow::ensure!(ok.success(), "could not start PostgreSQL and Kafka");
-    }
-    if std::env::var_os(SERVICES_DIR_VAR).is_none() {
-        let ok = std::process::Command::new("cargo")
-            .args([
-                "build",
-                "--release",
-                "--quiet",
-                "-p",
-                "outbox-relay",
-                "-p",
-                "dispatcher",
-            ])
-            .current_dir(&root)
-            .status()?;
-        anyhow::ensure!(ok.success(), "cargo build --release failed");
-    }
-    // The stack the scripts started (their HOOKSTREAM_PG_PORT / HOOKSTREAM_KAFKA_PORT).
-    let port = |var: &str, default: &str| std::env::var(var).unwrap_or_else(|_| default.into());
-    if std::env::var("HOOKSTREAM_TEST_DATABASE_URL").is_err() {
-        let url = format!(
-            "postgres://postgres@127.0.0.1:{}/postgres",
-            port("HOOKSTREAM_PG_PORT", "5432")
-        );
-        std::env::set_var("HOOKSTREAM_TEST_DATABASE_URL", url);
-    }
-    if std::env::var("HOOKSTREAM_TEST_KAFKA_BROKERS").is_err() {
-        let brokers = format!("127.0.0.1:{}", port("HOOKSTREAM_KAFKA_PORT", "9092"));
-        std::env::set_var("HOOKSTREAM_TEST_KAFKA_BROKERS", brokers);
-    }
-    Ok(())
-}
-
-/// A service binary of the workspace: the release build, or the one in `LOADTEST_SERVICES_DIR`.
-pub fn service_bin(name: &str) -> PathBuf {
-    match std::env::var_os(SERVICES_DIR_VAR) {
-        Some(dir) => PathBuf::from(dir).join(name),
-        None => repo_root().join("target/release").join(name),
-    }
-}
+use crate::scrape;
+use crate::stack::{prepare, service_bin};
 
 fn relay_bin() -> PathBuf {
     service_bin("outbox-relay")
@@ -105,19 +43,19 @@ pub async fn run(args: &RunArgs) -> anyhow::Result<(serde_json::Value, Vec<Chart
     let (latency, samples) = steady(args.rate, args.seconds, &args.out).await?;
     let expected = latency["events"].as_u64().unwrap_or(0) as usize;
     let charts = vec![
-        html::time_chart(
+        chart::time_chart(
             "relay-drain",
             &format!("Outbox rows left while {} rows drain", args.events),
             "rows",
             backlogs,
         ),
-        html::latency_chart(
+        chart::latency_chart(
             "relay-latency",
             &format!(
                 "Row created → record consumed from Kafka, {} rows/s (log scale)",
                 args.rate
             ),
-            vec![("consumer-observed".into(), html::cdf_of(samples, expected))],
+            vec![("consumer-observed".into(), chart::cdf_of(samples, expected))],
         ),
     ];
     // The common contract, from the latency phase (records in Kafka stand for deliveries;
@@ -178,11 +116,7 @@ async fn prefill(env: &TestEnv, tenant: Uuid, events: usize) -> anyhow::Result<(
 
 /// Drains a backlog of `events` rows with `relays` relays: the figures, and the rows left
 /// over time (every 100 ms).
-async fn drain(
-    events: usize,
-    relays: usize,
-    out: &Path,
-) -> anyhow::Result<(serde_json::Value, html::Points)> {
+async fn drain(events: usize, relays: usize, out: &Path) -> anyhow::Result<(serde_json::Value, Points)> {
     let env = TestEnv::new(6).await?;
     let tenant = env.tenant("bench").await?;
     eprintln!("[relay] writing a backlog of {events} rows");
@@ -199,7 +133,7 @@ async fn drain(
         })
         .collect::<Result<_, _>>()?;
     let mut last_report = Instant::now();
-    let mut backlog: html::Points = vec![(0.0, events as f64)];
+    let mut backlog: Points = vec![(0.0, events as f64)];
     loop {
         let left = env.outbox_len().await?;
         let t = started.elapsed().as_secs_f64();
@@ -288,9 +222,9 @@ async fn steady(rate: usize, seconds: u64, out: &Path) -> anyhow::Result<(serde_
     let (samples, distinct) = consumer.await??;
     let duration_s = start.elapsed().as_secs_f64();
     let usage = relay.pid().and_then(procstat::sample);
-    let page = crate::report::scrape(admin).unwrap_or_default();
+    let page = scrape::metrics_page(admin).unwrap_or_default();
     let relay_view = |name: &str| {
-        crate::report::histogram_quantiles(&page, name).map(
+        scrape::histogram_quantiles(&page, name).map(
             |(p50, p90, p99, n)| json!({ "p50_le_ms": p50, "p90_le_ms": p90, "p99_le_ms": p99, "count": n }),
         )
     };

@@ -7,9 +7,10 @@ use std::time::Duration;
 use hookstream_testkit::Behaviour;
 use serde_json::{json, Value};
 
+use crate::baseline;
+use crate::cli::{BaselineVariant, RunArgs};
 use crate::engine::{self, Chaos, Class, Kind, Load, Outcome, Plan, System};
 use crate::report::Latency;
-use crate::{BaselineVariant, RunArgs};
 
 /// A scenario's report and the phases it measured (for the HTML page).
 pub struct Measured {
@@ -120,7 +121,7 @@ async fn baseline(
             json!({
                 "sleep_ms": sleep_ms,
                 "pollers": args.baseline_workers,
-                "batch": crate::baseline::BATCH,
+                "batch": baseline::BATCH,
                 "deadline_s": args.baseline_deadline_s,
                 "expected_deliveries": c["expected_deliveries"],
                 "delivered": c["delivered"],
