@@ -53,12 +53,16 @@ mod scrape;
 mod stack;
 mod verdict;
 
+use std::path::Path;
+
+use anyhow::Context as _;
 use clap::Parser as _;
 
 use crate::cli::{Cli, Command, RunArgs, Scenario};
+use crate::report::RunReport;
 
 /// One run: its report and its charts.
-async fn run_once(args: &RunArgs) -> anyhow::Result<(serde_json::Value, Vec<chart::Chart>)> {
+async fn run_once(args: &RunArgs) -> anyhow::Result<(RunReport, Vec<chart::Chart>)> {
     let measured = match args.scenario {
         Scenario::Relay => return relay::run(args).await,
         Scenario::Steady => scenarios::steady(args).await?,
@@ -69,10 +73,73 @@ async fn run_once(args: &RunArgs) -> anyhow::Result<(serde_json::Value, Vec<char
         Scenario::OutageRecovery => scenarios::outage_recovery(args).await?,
         Scenario::Crash => scenarios::crash(args).await?,
     };
-    let mut report = measured.report;
-    report["machine"] = serde_json::to_value(report::Machine::read())?;
     let refs: Vec<&engine::Outcome> = measured.phases.iter().collect();
-    Ok((report, phase_charts::charts(&refs)))
+    Ok((measured.report, phase_charts::charts(&refs)))
+}
+
+/// `loadtest run`: every run, then `report.json` (the run, or the medians and the runs),
+/// `report.html` and the charts; exits 1 when the verdict failed.
+async fn run(args: RunArgs) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&args.out)?;
+    if !matches!(args.scenario, Scenario::Relay) {
+        stack::prepare()?;
+    }
+    let mut runs = Vec::new();
+    let mut charts = Vec::new();
+    for i in 0..args.runs.max(1) {
+        if args.runs > 1 {
+            eprintln!("=== {} run {} of {}", args.scenario.name(), i + 1, args.runs);
+        }
+        // Each run of `crash` draws its own kill schedule (seed, seed + 1, …).
+        let mut this = args.clone();
+        this.seed = args.seed + i as u64;
+        let (r, c) = run_once(&this).await?;
+        runs.push(r);
+        charts = c; // the page shows the last run's charts
+    }
+    let report = match runs.len() {
+        1 => runs.into_iter().map(merge::single).next().ok_or(merge::NoRuns)?,
+        _ => merge::medians(runs)?,
+    };
+    let json = report::to_json(&report)?;
+    let path = args.out.join("report.json");
+    std::fs::write(&path, &json)?;
+    let dir = args.out.join("charts");
+    std::fs::create_dir_all(&dir)?;
+    for c in &charts {
+        std::fs::write(dir.join(format!("{}.svg", c.name)), &c.svg)?;
+    }
+    let page = args.out.join("report.html");
+    std::fs::write(&page, page::render(&report, &json, &charts))?;
+    println!("{json}");
+    eprintln!("report written to {} and {}", path.display(), page.display());
+    // What was written must read back as `remerge` will read it: a report missing a field
+    // fails here, with the field's name, not later.
+    let written = report::parse(&std::fs::read_to_string(&path)?)
+        .with_context(|| format!("{} does not read back", path.display()))?;
+    anyhow::ensure!(
+        written.verdict.passed,
+        "the run failed its checks: {}",
+        written.verdict.failures.join("; ")
+    );
+    Ok(())
+}
+
+/// `loadtest remerge DIR`: the medians and the verdict again, from the runs `DIR/report.json`
+/// keeps; rewrites it and the JSON in `DIR/report.html`.
+fn remerge(dir: &Path) -> anyhow::Result<()> {
+    let path = dir.join("report.json");
+    let runs = report::parse_runs(&std::fs::read_to_string(&path)?)
+        .with_context(|| format!("cannot read the runs of {}", path.display()))?;
+    let report = merge::medians(runs).with_context(|| format!("remerging {}", path.display()))?;
+    let json = report::to_json(&report)?;
+    std::fs::write(&path, &json)?;
+    let page = dir.join("report.html");
+    if let Ok(old) = std::fs::read_to_string(&page) {
+        std::fs::write(&page, page::with_json(&old, &json))?;
+    }
+    eprintln!("{} rewritten", path.display());
+    Ok(())
 }
 
 #[tokio::main]
@@ -80,66 +147,8 @@ async fn main() -> anyhow::Result<()> {
     if std::env::var_os(baseline::ROLE_VAR).is_some() {
         return baseline::worker_from_env().await;
     }
-    let cli = Cli::parse();
-    match cli.command {
-        Command::Run(args) => {
-            std::fs::create_dir_all(&args.out)?;
-            if !matches!(args.scenario, Scenario::Relay) {
-                stack::prepare()?;
-            }
-            let mut reports = Vec::new();
-            let mut charts = Vec::new();
-            for i in 0..args.runs.max(1) {
-                if args.runs > 1 {
-                    eprintln!("=== {} run {} of {}", args.scenario.name(), i + 1, args.runs);
-                }
-                // Each run of `crash` draws its own kill schedule (seed, seed + 1, …).
-                let mut this = args.clone();
-                this.seed = args.seed + i as u64;
-                let (r, c) = run_once(&this).await?;
-                reports.push(r);
-                charts = c; // the page shows the last run's charts
-            }
-            let verdict = verdict::verdict(&reports);
-            let mut report = if reports.len() > 1 {
-                merge::medians(reports)
-            } else {
-                reports.remove(0)
-            };
-            report["verdict"] = verdict.clone();
-            let path = args.out.join("report.json");
-            std::fs::write(&path, serde_json::to_string_pretty(&report)?)?;
-            let dir = args.out.join("charts");
-            std::fs::create_dir_all(&dir)?;
-            for c in &charts {
-                std::fs::write(dir.join(format!("{}.svg", c.name)), &c.svg)?;
-            }
-            let page = args.out.join("report.html");
-            std::fs::write(&page, page::render(&report, &charts))?;
-            println!("{}", serde_json::to_string_pretty(&report)?);
-            eprintln!("report written to {} and {}", path.display(), page.display());
-            anyhow::ensure!(
-                verdict["passed"] == true,
-                "the run failed its checks: {}",
-                verdict["failures"]
-            );
-        }
-        Command::Remerge { dir } => {
-            let path = dir.join("report.json");
-            let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path)?)?;
-            let Some(runs) = report.get("runs").and_then(|r| r.as_array()).cloned() else {
-                anyhow::bail!("{} has no runs to merge", path.display());
-            };
-            let verdict = verdict::verdict(&runs);
-            let mut report = merge::medians(runs);
-            report["verdict"] = verdict;
-            std::fs::write(&path, serde_json::to_string_pretty(&report)?)?;
-            let page = dir.join("report.html");
-            if let Ok(old) = std::fs::read_to_string(&page) {
-                std::fs::write(&page, page::with_json(&old, &report))?;
-            }
-            eprintln!("{} rewritten", path.display());
-        }
+    match Cli::parse().command {
+        Command::Run(args) => run(args).await,
+        Command::Remerge { dir } => remerge(&dir),
     }
-    Ok(())
 }

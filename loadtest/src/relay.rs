@@ -16,13 +16,14 @@ use hookstream_proto::{EventEnvelope, Message as _};
 use hookstream_store::sqlx;
 use hookstream_testkit::process::{service_env, ServiceProcess};
 use hookstream_testkit::TestEnv;
-use serde_json::json;
 use uuid::Uuid;
 
 use crate::chart::{self, Chart, Points};
 use crate::cli::RunArgs;
 use crate::procstat;
-use crate::report::{Latency, Machine};
+use crate::report::{
+    BucketQuantiles, Drain, Latency, Machine, RelayLatency, RelayReport, RelayUsage, RunReport,
+};
 use crate::scrape;
 use crate::stack::{prepare, service_bin};
 
@@ -31,7 +32,7 @@ fn relay_bin() -> PathBuf {
 }
 
 /// The report and its charts (the outbox draining with 1..=N relays; the latency CDF).
-pub async fn run(args: &RunArgs) -> anyhow::Result<(serde_json::Value, Vec<Chart>)> {
+pub async fn run(args: &RunArgs) -> anyhow::Result<(RunReport, Vec<Chart>)> {
     prepare()?;
     let mut throughput = Vec::new();
     let mut backlogs = Vec::new();
@@ -41,7 +42,6 @@ pub async fn run(args: &RunArgs) -> anyhow::Result<(serde_json::Value, Vec<Chart
         backlogs.push((format!("{relays} relay(s)"), backlog));
     }
     let (latency, samples) = steady(args.rate, args.seconds, &args.out).await?;
-    let expected = latency["events"].as_u64().unwrap_or(0) as usize;
     let charts = vec![
         chart::time_chart(
             "relay-drain",
@@ -55,35 +55,42 @@ pub async fn run(args: &RunArgs) -> anyhow::Result<(serde_json::Value, Vec<Chart
                 "Row created → record consumed from Kafka, {} rows/s (log scale)",
                 args.rate
             ),
-            vec![("consumer-observed".into(), chart::cdf_of(samples, expected))],
+            vec![("consumer-observed".into(), chart::cdf_of(samples, latency.events))],
         ),
     ];
     // The common contract, from the latency phase (records in Kafka stand for deliveries;
     // there are no receivers, signatures or retries in this scenario).
-    let field = |k: &str| latency.get(k).cloned().unwrap_or(serde_json::Value::Null);
-    let events = latency["events"].as_f64().unwrap_or(0.0);
-    let duration = latency["duration_s"].as_f64().unwrap_or(0.0);
-    let report = json!({
-        "scenario": "relay",
-        "events": field("events"),
-        "expected_deliveries": field("events"),
-        "delivered": field("distinct"),
-        "lost": field("lost"),
-        "duplicates": field("duplicates"),
-        "early_retries": null,
-        "invalid_signatures": null,
-        "duration_s": field("duration_s"),
-        "throughput_per_s": if duration > 0.0 { events / duration } else { 0.0 },
-        "latency_ms": field("latency_ms"),
-        "latency_measures": field("latency_measures"),
-        "delivered_measures": "distinct events read back from Kafka in the latency phase",
-        "per_class": {},
-        "processes": { "relay": { "cpu_s": field("cpu_s"), "max_rss_mb": field("max_rss_mb") } },
-        "machine": Machine::read(),
-        "throughput": throughput,
-        "latency": latency,
-    });
-    Ok((report, charts))
+    let report = RelayReport {
+        events: latency.events,
+        expected_deliveries: latency.events,
+        delivered: latency.distinct,
+        lost: latency.lost,
+        duplicates: latency.duplicates,
+        early_retries: None,
+        invalid_signatures: None,
+        duration_s: latency.duration_s,
+        throughput_per_s: if latency.duration_s > 0.0 {
+            latency.events as f64 / latency.duration_s
+        } else {
+            0.0
+        },
+        latency_ms: latency.latency_ms,
+        latency_measures: latency.latency_measures.clone(),
+        delivered_measures: "distinct events read back from Kafka in the latency phase".into(),
+        per_class: Default::default(),
+        processes: [(
+            "relay".to_string(),
+            RelayUsage {
+                cpu_s: latency.cpu_s,
+                max_rss_mb: latency.max_rss_mb,
+            },
+        )]
+        .into(),
+        machine: Machine::read(),
+        throughput,
+        latency,
+    };
+    Ok((RunReport::Relay(report), charts))
 }
 
 /// Drops a phase's database and topics (a warning if it cannot).
@@ -116,7 +123,7 @@ async fn prefill(env: &TestEnv, tenant: Uuid, events: usize) -> anyhow::Result<(
 
 /// Drains a backlog of `events` rows with `relays` relays: the figures, and the rows left
 /// over time (every 100 ms).
-async fn drain(events: usize, relays: usize, out: &Path) -> anyhow::Result<(serde_json::Value, Points)> {
+async fn drain(events: usize, relays: usize, out: &Path) -> anyhow::Result<(Drain, Points)> {
     let env = TestEnv::new(6).await?;
     let tenant = env.tenant("bench").await?;
     eprintln!("[relay] writing a backlog of {events} rows");
@@ -166,16 +173,16 @@ async fn drain(events: usize, relays: usize, out: &Path) -> anyhow::Result<(serd
     }
     let in_kafka: i64 = env.end_offsets(&env.kafka.topics.events)?.iter().sum();
     discard(env).await;
-    let result = json!({
-        "relays": relays,
-        "events": events,
-        "in_kafka": in_kafka,
-        "lost": (events as i64 - in_kafka).max(0),
-        "duration_s": took,
-        "throughput_per_s": events as f64 / took,
-        "cpu_s": usage.iter().map(|u| u.0).collect::<Vec<_>>(),
-        "max_rss_mb": usage.iter().map(|u| u.1).collect::<Vec<_>>(),
-    });
+    let result = Drain {
+        relays,
+        events,
+        in_kafka: usize::try_from(in_kafka).unwrap_or(0),
+        lost: usize::try_from(events as i64 - in_kafka).unwrap_or(0),
+        duration_s: took,
+        throughput_per_s: events as f64 / took,
+        cpu_s: usage.iter().map(|u| u.0).collect(),
+        max_rss_mb: usage.iter().map(|u| u.1).collect(),
+    };
     eprintln!(
         "[relay] {relays} relay(s): {events} rows in {took:.2} s = {:.0} rows/s",
         events as f64 / took
@@ -184,7 +191,7 @@ async fn drain(events: usize, relays: usize, out: &Path) -> anyhow::Result<(serd
 }
 
 /// One relay at `rate` rows/s: the figures and the latency samples (ms).
-async fn steady(rate: usize, seconds: u64, out: &Path) -> anyhow::Result<(serde_json::Value, Vec<f64>)> {
+async fn steady(rate: usize, seconds: u64, out: &Path) -> anyhow::Result<(RelayLatency, Vec<f64>)> {
     let env = TestEnv::new(6).await?;
     let tenant = env.tenant("bench").await?;
     let admin = "127.0.0.1:19181";
@@ -223,10 +230,15 @@ async fn steady(rate: usize, seconds: u64, out: &Path) -> anyhow::Result<(serde_
     let duration_s = start.elapsed().as_secs_f64();
     let usage = relay.pid().and_then(procstat::sample);
     let page = scrape::metrics_page(admin).unwrap_or_default();
+    // A quantile in the +Inf bucket has no finite bound: null.
+    let bound = |ms: f64| ms.is_finite().then_some(ms);
     let relay_view = |name: &str| {
-        scrape::histogram_quantiles(&page, name).map(
-            |(p50, p90, p99, n)| json!({ "p50_le_ms": p50, "p90_le_ms": p90, "p99_le_ms": p99, "count": n }),
-        )
+        scrape::histogram_quantiles(&page, name).map(|(p50, p90, p99, count)| BucketQuantiles {
+            p50_le_ms: bound(p50),
+            p90_le_ms: bound(p90),
+            p99_le_ms: bound(p99),
+            count,
+        })
     };
     let commit_to_ack = relay_view("hookstream_relay_commit_to_ack_seconds");
     let batch = relay_view("hookstream_relay_batch_duration_seconds");
@@ -237,22 +249,22 @@ async fn steady(rate: usize, seconds: u64, out: &Path) -> anyhow::Result<(serde_
         "[relay] latency at {rate}/s: p50 {} ms, p99 {} ms, max {} ms",
         latency.p50, latency.p99, latency.max
     );
-    let figures = json!({
-        "rate_per_s": rate,
-        "achieved_rate_per_s": sent as f64 / produce_s,
-        "events": sent,
-        "received": samples.len(),
-        "distinct": distinct,
-        "duplicates": samples.len().saturating_sub(distinct),
-        "lost": sent.saturating_sub(distinct),
-        "duration_s": duration_s,
-        "latency_ms": latency,
-        "latency_measures": "row created (insert, ≈ commit for these one-statement transactions) → record consumed from Kafka; an upper bound of commit → acknowledgement",
-        "relay_commit_to_ack_ms": commit_to_ack,
-        "relay_batch_duration_ms": batch,
-        "cpu_s": usage.map(|u| u.0),
-        "max_rss_mb": usage.map(|u| u.1),
-    });
+    let figures = RelayLatency {
+        rate_per_s: rate,
+        achieved_rate_per_s: sent as f64 / produce_s,
+        events: sent,
+        received: samples.len(),
+        distinct,
+        duplicates: samples.len().saturating_sub(distinct),
+        lost: sent.saturating_sub(distinct),
+        duration_s,
+        latency_ms: latency,
+        latency_measures: "row created (insert, ≈ commit for these one-statement transactions) → record consumed from Kafka; an upper bound of commit → acknowledgement".into(),
+        relay_commit_to_ack_ms: commit_to_ack,
+        relay_batch_duration_ms: batch,
+        cpu_s: usage.map(|u| u.0),
+        max_rss_mb: usage.map(|u| u.1),
+    };
     Ok((figures, samples))
 }
 
