@@ -13,8 +13,8 @@
 //!
 //! # Modules
 //!
-//! What each is, and the modules it uses (`use crate::…`); the edges form a DAG, leaves
-//! first, and nothing but `main` uses `main`:
+//! What each is, and the modules it uses (`use crate::…`, tests included); the edges form a
+//! DAG, leaves first, and nothing but `main` uses `main`:
 //!
 //! ```text
 //! cli           the command line and RunArgs                          uses nothing
@@ -22,17 +22,19 @@
 //! schedule      the retry schedule every run configures and checks    uses nothing
 //! procstat      CPU and peak RSS of a process from /proc              uses nothing
 //! scrape        a Prometheus page and a histogram's quantiles         uses nothing
+//! tally         loss and duplicates counted by id                     uses nothing
 //! chart         SVG line charts of named series                       uses nothing
-//! report        the report contract                                   uses nothing
-//! verdict       what counts against a run                             uses nothing
-//! merge         the medians of several runs                           uses nothing
-//! page          report.html                                           uses chart
+//! report        the report contract: serde types, reading, writing    uses nothing
+//! verdict       what counts against a run                             uses report
+//! merge         report.json of one run, or the medians of several     uses report, verdict
+//! page          report.html                                           uses chart, report
 //! baseline      the polled-queue design --baseline runs               uses schedule
 //! engine        a plan run against the services and a receiver fleet  uses baseline, procstat, report, schedule, stack
 //! phase_charts  the charts of engine runs                             uses chart, engine
 //! scenarios     the engine scenarios and their own figures            uses baseline, cli, engine, report
-//! relay         the outbox → Kafka scenario                           uses chart, cli, procstat, report, scrape, stack
-//! main          wires the command line to the rest                    uses every module
+//! relay         the outbox → Kafka scenario                           uses chart, cli, procstat, report, scrape, stack, tally
+//! main          wires the command line to the rest                    uses baseline, chart, cli, engine, merge, page,
+//!                                                                     phase_charts, relay, report, scenarios, stack
 //! ```
 
 #![forbid(unsafe_code)]
@@ -51,6 +53,7 @@ mod scenarios;
 mod schedule;
 mod scrape;
 mod stack;
+mod tally;
 mod verdict;
 
 use std::path::Path;

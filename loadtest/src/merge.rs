@@ -208,7 +208,8 @@ merge_fields! {
     }
     RelayUsage { cpu_s, max_rss_mb }
     Drain {
-        relays, events, in_kafka, lost, duration_s, throughput_per_s, cpu_s, max_rss_mb,
+        relays, events, in_kafka, duplicates, lost, duration_s, throughput_per_s, cpu_s,
+        max_rss_mb,
     }
     RelayLatency {
         rate_per_s, achieved_rate_per_s, events, received, distinct, duplicates, lost,

@@ -6,7 +6,12 @@
 //! producer committing `--rate` rows/s in transactions of `rate/100` rows every 10 ms for
 //! `--seconds`, and a consumer that stamps each record on arrival: created → consumed is an
 //! upper bound of commit → Kafka acknowledgement.
+//!
+//! Loss is counted by event id in both: every record is read back from Kafka and decoded,
+//! and the distinct ids are compared with the ids `hookstream.enqueue` returned for the
+//! committed rows (`tally.rs`), so a duplicate cannot hide a missing row.
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -26,6 +31,7 @@ use crate::report::{
 };
 use crate::scrape;
 use crate::stack::{prepare, service_bin};
+use crate::tally::tally;
 
 fn relay_bin() -> PathBuf {
     service_bin("outbox-relay")
@@ -100,25 +106,57 @@ async fn discard(env: TestEnv) {
     }
 }
 
-async fn prefill(env: &TestEnv, tenant: Uuid, events: usize) -> anyhow::Result<()> {
+/// Commits a backlog of `events` rows; returns their event ids.
+async fn prefill(env: &TestEnv, tenant: Uuid, events: usize) -> anyhow::Result<HashSet<Uuid>> {
+    let mut ids = HashSet::with_capacity(events);
     let mut left = events;
     while left > 0 {
         let n = left.min(5_000) as i32;
         // The real producer path: hookstream.enqueue, many rows per transaction.
-        sqlx::query(
-            "SELECT count(hookstream.enqueue($1, 'order.updated',
+        let committed: Vec<Uuid> = sqlx::query_scalar(
+            "SELECT hookstream.enqueue($1, 'order.updated',
                     jsonb_build_object('n', g, 'note', 'a typical small webhook payload of about two hundred bytes',
                                        'amount', g * 3, 'currency', 'EUR', 'status', 'paid'),
-                    'order', 'agg-' || (g % 1000)))
+                    'order', 'agg-' || (g % 1000))
                FROM generate_series(1, $2) g",
         )
         .bind(tenant)
         .bind(n)
-        .execute(&env.pool)
+        .fetch_all(&env.pool)
         .await?;
+        ids.extend(committed);
         left -= n as usize;
     }
-    Ok(())
+    Ok(ids)
+}
+
+/// A record on the events topic that is not an `EventEnvelope` with a UUID event id.
+#[derive(Debug, thiserror::Error)]
+pub enum Undecodable {
+    #[error("record at partition {partition} offset {offset} is not an EventEnvelope")]
+    Envelope {
+        partition: i32,
+        offset: i64,
+        #[source]
+        source: prost::DecodeError,
+    },
+    #[error("record at partition {partition} offset {offset} has event id {id:?}, not a UUID")]
+    EventId { partition: i32, offset: i64, id: String },
+}
+
+/// The envelope of the record at (`partition`, `offset`) and its event id.
+fn decode(payload: &[u8], partition: i32, offset: i64) -> Result<(EventEnvelope, Uuid), Undecodable> {
+    let e = EventEnvelope::decode(payload).map_err(|source| Undecodable::Envelope {
+        partition,
+        offset,
+        source,
+    })?;
+    let id = Uuid::parse_str(&e.event_id).map_err(|_| Undecodable::EventId {
+        partition,
+        offset,
+        id: e.event_id.clone(),
+    })?;
+    Ok((e, id))
 }
 
 /// Drains a backlog of `events` rows with `relays` relays: the figures, and the rows left
@@ -127,7 +165,7 @@ async fn drain(events: usize, relays: usize, out: &Path) -> anyhow::Result<(Drai
     let env = TestEnv::new(6).await?;
     let tenant = env.tenant("bench").await?;
     eprintln!("[relay] writing a backlog of {events} rows");
-    prefill(&env, tenant, events).await?;
+    let committed = prefill(&env, tenant, events).await?;
     let vars = service_env(&env);
     let started = Instant::now();
     let procs: Vec<ServiceProcess> = (0..relays)
@@ -171,21 +209,31 @@ async fn drain(events: usize, relays: usize, out: &Path) -> anyhow::Result<(Drai
     for p in procs {
         p.terminate().await;
     }
-    let in_kafka: i64 = env.end_offsets(&env.kafka.topics.events)?.iter().sum();
+    // Every record of the topic, read back (a blocking consumer) and counted by event id.
+    let records = tokio::task::block_in_place(|| env.read_all(&env.kafka.topics.events));
     discard(env).await;
+    let ids = records?
+        .iter()
+        .map(|r| decode(&r.payload, r.partition, r.offset).map(|(_, id)| id))
+        .collect::<Result<Vec<Uuid>, _>>()?;
+    let read = tally(&committed, ids);
     let result = Drain {
         relays,
         events,
-        in_kafka: usize::try_from(in_kafka).unwrap_or(0),
-        lost: usize::try_from(events as i64 - in_kafka).unwrap_or(0),
+        in_kafka: read.records,
+        duplicates: read.duplicates,
+        lost: read.lost,
         duration_s: took,
         throughput_per_s: events as f64 / took,
         cpu_s: usage.iter().map(|u| u.0).collect(),
         max_rss_mb: usage.iter().map(|u| u.1).collect(),
     };
     eprintln!(
-        "[relay] {relays} relay(s): {events} rows in {took:.2} s = {:.0} rows/s",
-        events as f64 / took
+        "[relay] {relays} relay(s): {events} rows in {took:.2} s = {:.0} rows/s; read back {} records, {} lost, {} duplicates",
+        events as f64 / took,
+        read.records,
+        read.lost,
+        read.duplicates
     );
     Ok((result, backlog))
 }
@@ -212,21 +260,24 @@ async fn steady(rate: usize, seconds: u64, out: &Path) -> anyhow::Result<(RelayL
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
     let start = Instant::now();
     let mut sent = 0;
+    let mut committed = HashSet::with_capacity(expected);
     while sent < expected {
         tick.tick().await;
         let n = per_tick.min(expected - sent) as i32;
-        sqlx::query(
-            "SELECT count(hookstream.enqueue($1, 'order.updated', jsonb_build_object('n', g), 'order', 'agg-' || (g % 100)))
+        let ids: Vec<Uuid> = sqlx::query_scalar(
+            "SELECT hookstream.enqueue($1, 'order.updated', jsonb_build_object('n', g), 'order', 'agg-' || (g % 100))
                FROM generate_series(1, $2) g",
         )
         .bind(tenant)
         .bind(n)
-        .execute(&env.pool)
+        .fetch_all(&env.pool)
         .await?;
+        committed.extend(ids);
         sent += n as usize;
     }
     let produce_s = start.elapsed().as_secs_f64();
-    let (samples, distinct) = consumer.await??;
+    let (samples, seen) = consumer.await??;
+    let read = tally(&committed, seen);
     let duration_s = start.elapsed().as_secs_f64();
     let usage = relay.pid().and_then(procstat::sample);
     let page = scrape::metrics_page(admin).unwrap_or_default();
@@ -253,10 +304,10 @@ async fn steady(rate: usize, seconds: u64, out: &Path) -> anyhow::Result<(RelayL
         rate_per_s: rate,
         achieved_rate_per_s: sent as f64 / produce_s,
         events: sent,
-        received: samples.len(),
-        distinct,
-        duplicates: samples.len().saturating_sub(distinct),
-        lost: sent.saturating_sub(distinct),
+        received: read.records,
+        distinct: read.distinct,
+        duplicates: read.duplicates,
+        lost: read.lost,
         duration_s,
         latency_ms: latency,
         latency_measures: "row created (insert, ≈ commit for these one-statement transactions) → record consumed from Kafka; an upper bound of commit → acknowledgement".into(),
@@ -268,13 +319,13 @@ async fn steady(rate: usize, seconds: u64, out: &Path) -> anyhow::Result<(RelayL
     Ok((figures, samples))
 }
 
-/// Reads `expected` records and returns each one's created → consumed time in ms, and the
-/// number of distinct event ids among them.
+/// Reads records until `expected` distinct event ids were seen (or nothing came for 30 s);
+/// returns each record's created → consumed time in ms and its event id.
 fn consume_latencies(
     kafka: hookstream_config::KafkaConfig,
     partitions: i32,
     expected: usize,
-) -> anyhow::Result<(Vec<f64>, usize)> {
+) -> anyhow::Result<(Vec<f64>, Vec<Uuid>)> {
     let mut cfg = hookstream_kafka::client_config(&kafka);
     cfg.set("group.id", format!("loadtest.{}", Uuid::new_v4()))
         .set("enable.auto.commit", "false")
@@ -287,16 +338,19 @@ fn consume_latencies(
     }
     consumer.assign(&tpl)?;
     let mut samples = Vec::with_capacity(expected);
-    let mut ids = std::collections::HashSet::with_capacity(expected);
+    let mut seen = Vec::with_capacity(expected);
+    // Stop on distinct ids, not records: a duplicate must not end the read one row short.
+    let mut distinct = HashSet::with_capacity(expected);
     let deadline = Instant::now() + Duration::from_secs(600);
     let mut idle_since = Instant::now();
-    while samples.len() < expected && Instant::now() < deadline {
+    while distinct.len() < expected && Instant::now() < deadline {
         match consumer.poll(Duration::from_millis(100)) {
             Some(Ok(m)) => {
                 let now_ms = chrono::Utc::now().timestamp_micros() as f64 / 1000.0;
-                let e = EventEnvelope::decode(m.payload().unwrap_or_default())?;
+                let (e, id) = decode(m.payload().unwrap_or_default(), m.partition(), m.offset())?;
                 samples.push(now_ms - e.created_at_ms as f64);
-                ids.insert(e.event_id);
+                seen.push(id);
+                distinct.insert(id);
                 idle_since = Instant::now();
             }
             Some(Err(e)) => return Err(e.into()),
@@ -304,5 +358,5 @@ fn consume_latencies(
             None => {}
         }
     }
-    Ok((samples, ids.len()))
+    Ok((samples, seen))
 }

@@ -353,6 +353,7 @@ pub mod fixtures {
             relays,
             events: 100,
             in_kafka: 100 - lost,
+            duplicates: 0,
             lost,
             duration_s: 1.0,
             throughput_per_s: 100.0,

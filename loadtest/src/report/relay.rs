@@ -12,9 +12,9 @@ pub struct RelayReport {
     /// Rows committed in the latency phase.
     pub events: usize,
     pub expected_deliveries: usize,
-    /// Distinct event ids read back from Kafka in the latency phase.
+    /// Distinct committed event ids read back from Kafka in the latency phase.
     pub delivered: usize,
-    /// Rows committed minus distinct event ids read back. The verdict reads it.
+    /// Committed event ids never read back. The verdict reads it.
     pub lost: usize,
     /// Records read back beyond one per event id.
     pub duplicates: usize,
@@ -63,16 +63,18 @@ pub struct RelayUsage {
     pub max_rss_mb: Option<f64>,
 }
 
-/// A backlog drained by `relays` relays.
+/// A backlog drained by `relays` relays, then read back from Kafka and counted by event id.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Drain {
     /// The verdict reads it (for its message).
     pub relays: usize,
     /// Rows in the backlog.
     pub events: usize,
-    /// Records in the events topic (its end offsets).
+    /// Records read back from the events topic.
     pub in_kafka: usize,
-    /// Rows minus records. The verdict reads it.
+    /// Records beyond one per event id.
+    pub duplicates: usize,
+    /// Committed event ids never read back. The verdict reads it.
     pub lost: usize,
     pub duration_s: f64,
     pub throughput_per_s: f64,
@@ -94,7 +96,7 @@ pub struct RelayLatency {
     pub distinct: usize,
     /// `received - distinct`.
     pub duplicates: usize,
-    /// `events - distinct`.
+    /// Committed event ids never read back.
     pub lost: usize,
     pub duration_s: f64,
     pub latency_ms: Latency,
