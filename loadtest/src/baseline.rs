@@ -5,8 +5,8 @@
 //! `not_before` along the same retry schedule otherwise, commit, and sleep `--sleep-ms`
 //! between polls (0: the tuned variant, which only pauses 5 ms when a poll found nothing).
 //!
-//! The pollers run in a separate process (`loadtest baseline-worker`), so its CPU and memory
-//! are measured like the services'.
+//! The pollers run in a separate process (this binary, started with `ROLE_VAR` set), so its
+//! CPU and memory are measured like the services'.
 
 use std::time::Duration;
 
@@ -14,8 +14,38 @@ use anyhow::Context as _;
 use hookstream_store::sqlx::{self, PgPool, Row as _};
 use uuid::Uuid;
 
-use crate::engine::RETRY_SCHEDULE_MS;
+use crate::schedule::RETRY_SCHEDULE_MS;
 
+/// Set in the environment of the poller process (a child of the load generator, started by
+/// `engine.rs`): `main` then runs `worker_from_env` instead of the command line.
+pub const ROLE_VAR: &str = "LOADTEST_BASELINE_WORKER";
+const DATABASE_URL_VAR: &str = "LOADTEST_BASELINE_DATABASE_URL";
+const SLEEP_MS_VAR: &str = "LOADTEST_BASELINE_SLEEP_MS";
+const WORKERS_VAR: &str = "LOADTEST_BASELINE_WORKERS";
+
+/// The environment of a poller process: its role, database, sleep between polls and pollers.
+pub fn worker_env(database_url: &str, sleep_ms: u64, workers: usize) -> Vec<(String, String)> {
+    [
+        (ROLE_VAR, "1".to_string()),
+        (DATABASE_URL_VAR, database_url.to_string()),
+        (SLEEP_MS_VAR, sleep_ms.to_string()),
+        (WORKERS_VAR, workers.to_string()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect()
+}
+
+/// The poller process, configured by `worker_env`'s variables.
+pub async fn worker_from_env() -> anyhow::Result<()> {
+    let var = |k: &str| std::env::var(k).map_err(|_| anyhow::anyhow!("{k} is not set"));
+    let url = var(DATABASE_URL_VAR)?;
+    let sleep_ms: u64 = var(SLEEP_MS_VAR)?.parse()?;
+    let workers: usize = var(WORKERS_VAR)?.parse()?;
+    worker(&url, workers, sleep_ms).await
+}
+
+/// Rows one poll claims.
 pub const BATCH: i64 = 50;
 
 pub const DDL: &str = "CREATE TABLE loadtest_baseline_queue (
@@ -65,7 +95,7 @@ pub async fn backlog(pool: &PgPool) -> anyhow::Result<i64> {
 }
 
 /// The poller process: `workers` pollers until killed.
-pub async fn worker(database_url: &str, workers: usize, sleep_ms: u64) -> anyhow::Result<()> {
+async fn worker(database_url: &str, workers: usize, sleep_ms: u64) -> anyhow::Result<()> {
     let pool = sqlx::postgres::PgPoolOptions::new()
         .max_connections(u32::try_from(workers).unwrap_or(u32::MAX).saturating_add(1))
         .connect(database_url)

@@ -2,7 +2,7 @@
 //! processes, a producer writing outbox rows in transactions, a sampler (every 250 ms), and
 //! the report's common contract computed from what the receivers saw.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -17,19 +17,15 @@ use hookstream_store::sqlx::{self, PgPool};
 use hookstream_testkit::process::{dispatcher_env, service_env, ServiceProcess};
 use hookstream_testkit::{Behaviour, Received, Receiver, TestEnv};
 use rand::{Rng, SeedableRng};
-use serde::Serialize;
-use serde_json::json;
+use serde::Deserialize;
 use uuid::Uuid;
 
+use crate::baseline;
 use crate::procstat;
-use crate::relay::service_bin;
-use crate::report::Latency;
+use crate::report::{ClassFigures, Contract, EarlyRetry, Kill, Latency, Usage};
+use crate::schedule::{MIN_THROTTLED_DELAY_MS, RETRY_JITTER, RETRY_SCHEDULE_MS};
+use crate::stack::service_bin;
 
-/// The compressed retry schedule every engine run uses (ms before attempt 2, 3, …; 150 s in
-/// all, so an event survives a 60 s outage), the throttle minimum and the jitter.
-pub const RETRY_SCHEDULE_MS: [u64; 9] = [1000, 2000, 4000, 8000, 15000, 30000, 30000, 30000, 30000];
-pub const MIN_THROTTLED_DELAY_MS: u64 = 1000;
-pub const RETRY_JITTER: f64 = 0.2;
 /// Retry due times travel as whole milliseconds (Kafka timestamps), so a retry may arrive up
 /// to 1 ms before the exact receiver-side gap; only earlier than that counts as early.
 const DUE_RESOLUTION_MS: f64 = 1.0;
@@ -138,11 +134,9 @@ struct Endpoint {
 }
 
 /// One 250 ms sample of the run.
-#[derive(Debug, Clone, Copy, Serialize)]
+#[derive(Debug, Clone, Copy)]
 pub struct Sample {
     pub t_s: f64,
-    /// Events committed so far.
-    pub committed: usize,
     /// Requests answered 2xx, every receiver.
     pub delivered: usize,
     /// Requests received, every receiver.
@@ -151,14 +145,6 @@ pub struct Sample {
     pub backlog: i64,
     /// Dispatcher consumer lag on the events topic (messages), sampled every second.
     pub lag: Option<i64>,
-}
-
-/// CPU and peak memory of a service over all its incarnations.
-#[derive(Debug, Clone, Copy, Default, Serialize)]
-pub struct Usage {
-    pub cpu_s: f64,
-    pub max_rss_mb: f64,
-    pub restarts: usize,
 }
 
 struct Service {
@@ -248,7 +234,7 @@ pub struct Outcome {
     pub timeline: Vec<Sample>,
     /// Per process (name, usage).
     pub processes: Vec<(String, Usage)>,
-    pub kills: Vec<serde_json::Value>,
+    pub kills: Vec<Kill>,
     pub drained: bool,
     /// A rate-driven run: seconds from the first commit to the last (the producers finished).
     pub production_s: Option<f64>,
@@ -271,13 +257,13 @@ async fn vacant_addr() -> anyhow::Result<SocketAddr> {
 #[derive(Clone)]
 enum Sink {
     Outbox(Uuid),
-    Queue(Arc<Vec<crate::baseline::Target>>),
+    Queue(Arc<Vec<baseline::Target>>),
 }
 
 async fn produce(pool: &PgPool, sink: &Sink, n: usize) -> anyhow::Result<()> {
     match sink {
         Sink::Outbox(tenant) => enqueue(pool, *tenant, n).await,
-        Sink::Queue(endpoints) => crate::baseline::enqueue(pool, endpoints, n).await,
+        Sink::Queue(endpoints) => baseline::enqueue(pool, endpoints, n).await,
     }
 }
 
@@ -469,11 +455,11 @@ pub async fn run(plan: &Plan) -> anyhow::Result<Outcome> {
     let sink = match plan.system {
         System::Hookstream => Sink::Outbox(tenant),
         System::Baseline { .. } => {
-            sqlx::query(crate::baseline::DDL).execute(&env.pool).await?;
+            sqlx::query(baseline::DDL).execute(&env.pool).await?;
             Sink::Queue(Arc::new(
                 fleet
                     .iter()
-                    .map(|e| crate::baseline::Target {
+                    .map(|e| baseline::Target {
                         url: format!("http://{}/hook", e.addr),
                         secret: e.secret.clone(),
                         timeout_ms: e.timeout_ms,
@@ -601,15 +587,7 @@ fn start_services(plan: &Plan, env: &TestEnv, services: &mut Vec<Service>) -> an
             )?);
         }
         System::Baseline { sleep_ms, workers } => {
-            let vars = vec![
-                (crate::BASELINE_ROLE_VAR.to_string(), "1".to_string()),
-                (
-                    "LOADTEST_BASELINE_DATABASE_URL".to_string(),
-                    env.database.url.clone(),
-                ),
-                ("LOADTEST_BASELINE_SLEEP_MS".to_string(), sleep_ms.to_string()),
-                ("LOADTEST_BASELINE_WORKERS".to_string(), workers.to_string()),
-            ];
+            let vars = baseline::worker_env(&env.database.url, sleep_ms, workers);
             services.push(Service::start(
                 "baseline",
                 std::env::current_exe()?,
@@ -621,7 +599,7 @@ fn start_services(plan: &Plan, env: &TestEnv, services: &mut Vec<Service>) -> an
     Ok(())
 }
 
-type Driven = (Vec<Sample>, Vec<serde_json::Value>, bool, HashMap<usize, f64>);
+type Driven = (Vec<Sample>, Vec<Kill>, bool, HashMap<usize, f64>);
 
 /// Samples, prints progress, injects chaos and recoveries, until drained or the deadline.
 #[allow(clippy::too_many_arguments)]
@@ -680,7 +658,11 @@ async fn drive(
                 tokio::time::sleep(Duration::from_millis(down_ms)).await;
                 svc.restart()?;
                 eprintln!("[{label}] {t_s:.1} s: SIGKILL {which}, restarted after {down_ms} ms");
-                kills.push(json!({ "at_s": t_s, "process": which, "down_ms": down_ms }));
+                kills.push(Kill {
+                    at_s: t_s,
+                    process: which.to_string(),
+                    down_ms,
+                });
                 next_kill = Some(Instant::now() + next_kill_in(&mut rng, c));
             }
         }
@@ -699,12 +681,11 @@ async fn drive(
             .sum();
         let backlog = match plan.system {
             System::Hookstream => env.outbox_len().await.unwrap_or(-1),
-            System::Baseline { .. } => crate::baseline::backlog(&env.pool).await.unwrap_or(-1),
+            System::Baseline { .. } => baseline::backlog(&env.pool).await.unwrap_or(-1),
         };
         let lag_now = lag.lock().ok().and_then(|l| *l);
         timeline.push(Sample {
             t_s,
-            committed: sent,
             delivered,
             requests,
             backlog,
@@ -761,7 +742,7 @@ async fn drive(
 }
 
 /// The contract's counts for one set of endpoints.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default)]
 pub struct Counts {
     pub endpoints: usize,
     pub expected_deliveries: usize,
@@ -775,8 +756,15 @@ pub struct Counts {
     pub invalid_signatures: usize,
     /// Every request received, including failed answers and retries.
     pub requests: usize,
-    /// The first few early retries: (webhook-id, attempt, previous status, gap ms, minimum ms).
-    pub early_examples: Vec<(String, u32, u16, f64, f64)>,
+    /// The first few early retries.
+    pub early_examples: Vec<EarlyRetry>,
+}
+
+/// The field of a delivered payload the latency is measured from: the row's creation time
+/// (ms since the Unix epoch), stamped by the producer's `clock_timestamp()`.
+#[derive(Deserialize)]
+struct Stamped {
+    created_ms: f64,
 }
 
 /// Counts and latency samples (ms, outbox commit → first 2xx delivery) of one class.
@@ -802,11 +790,9 @@ pub fn measure_class(class: &Class, endpoints: &[Vec<Received>], events: usize) 
                 delivered += 1;
                 last_ms = last_ms.max(first.received_unix_ms);
                 c.duplicates += ok.len() - 1;
-                let created = serde_json::from_slice::<serde_json::Value>(&first.body)
-                    .ok()
-                    .and_then(|b| b.get("created_ms").and_then(serde_json::Value::as_f64));
-                if let Some(created) = created {
-                    samples.push(first.received_unix_ms - created);
+                // A body without the stamp (not ours) gives no latency sample.
+                if let Ok(body) = serde_json::from_slice::<Stamped>(&first.body) {
+                    samples.push(first.received_unix_ms - body.created_ms);
                 }
             }
             for pair in tries.windows(2) {
@@ -829,8 +815,13 @@ pub fn measure_class(class: &Class, endpoints: &[Vec<Received>], events: usize) 
                 if gap + DUE_RESOLUTION_MS < min_gap {
                     c.early_retries += 1;
                     if c.early_examples.len() < 10 {
-                        c.early_examples
-                            .push((b.webhook_id.clone(), b.attempt, a.status, gap, min_gap));
+                        c.early_examples.push(EarlyRetry {
+                            webhook_id: b.webhook_id.clone(),
+                            attempt: b.attempt,
+                            previous_status: a.status,
+                            gap_ms: gap,
+                            min_gap_ms: min_gap,
+                        });
                     }
                 }
             }
@@ -845,14 +836,14 @@ pub fn measure_class(class: &Class, endpoints: &[Vec<Received>], events: usize) 
 }
 
 /// The report contract for a set of measured runs (one, or the phases of a scenario).
-pub fn contract(scenario: &str, outcomes: &[&Outcome]) -> serde_json::Value {
+pub fn contract(outcomes: &[&Outcome]) -> Contract {
     let mut total = Counts::default();
     let mut all_samples = Vec::new();
-    let mut per_class = serde_json::Map::new();
+    let mut per_class = BTreeMap::new();
     let mut events = 0;
     let mut duration_s = 0.0;
     let mut wall_s = 0.0;
-    let mut processes: std::collections::BTreeMap<String, Usage> = Default::default();
+    let mut processes: BTreeMap<String, Usage> = BTreeMap::new();
     for o in outcomes {
         events += o.events;
         let mut last_ms = o.started_ms;
@@ -868,24 +859,22 @@ pub fn contract(scenario: &str, outcomes: &[&Outcome]) -> serde_json::Value {
             };
             per_class.insert(
                 key,
-                json!({
-                    "behaviour": class.behaviour(),
-                    "expects_delivery": class.expects_delivery,
-                    "endpoints": c.endpoints,
-                    "events": o.events,
-                    "expected_deliveries": c.expected_deliveries,
-                    "delivered": c.delivered,
-                    "lost": c.lost,
-                    "duplicates": c.duplicates,
-                    "early_retries": c.early_retries,
-                    "early_retry_examples": c.early_examples.iter().map(|(id, attempt, prev, gap, min)| json!({
-                        "webhook_id": id, "attempt": attempt, "previous_status": prev, "gap_ms": gap, "min_gap_ms": min,
-                    })).collect::<Vec<_>>(),
-                    "invalid_signatures": c.invalid_signatures,
-                    "requests": c.requests,
-                    "latency_ms": Latency::of(samples.clone()),
-                    "rate_limit_per_s": class.rate_limit_per_s,
-                }),
+                ClassFigures {
+                    behaviour: class.behaviour(),
+                    expects_delivery: class.expects_delivery,
+                    endpoints: c.endpoints,
+                    events: o.events,
+                    expected_deliveries: c.expected_deliveries,
+                    delivered: c.delivered,
+                    lost: c.lost,
+                    duplicates: c.duplicates,
+                    early_retries: c.early_retries,
+                    early_retry_examples: c.early_examples.clone(),
+                    invalid_signatures: c.invalid_signatures,
+                    requests: c.requests,
+                    latency_ms: Latency::of(samples.clone()),
+                    rate_limit_per_s: class.rate_limit_per_s,
+                },
             );
             total.endpoints += c.endpoints;
             total.requests += c.requests;
@@ -908,26 +897,29 @@ pub fn contract(scenario: &str, outcomes: &[&Outcome]) -> serde_json::Value {
             p.restarts += u.restarts;
         }
     }
-    json!({
-        "scenario": scenario,
-        "events": events,
-        "expected_deliveries": total.expected_deliveries,
-        "delivered": total.delivered,
-        "lost": total.lost,
-        "duplicates": total.duplicates,
-        "early_retries": total.early_retries,
-        "invalid_signatures": total.invalid_signatures,
-        "requests": total.requests,
-        "drained": outcomes.iter().all(|o| o.drained),
-        "duration_s": duration_s,
-        "throughput_per_s": if duration_s > 0.0 { total.delivered as f64 / duration_s } else { 0.0 },
-        "latency_ms": Latency::of(all_samples),
-        "duration_measures": "backlog: services started → last first-delivery; rate: first commit → last first-delivery (expected classes)",
-        "wall_s": wall_s,
-        "latency_measures": "outbox row committed (created in a one-statement transaction) → first 2xx delivery at the receiver",
-        "per_class": per_class,
-        "processes": processes,
-    })
+    Contract {
+        events,
+        expected_deliveries: total.expected_deliveries,
+        delivered: total.delivered,
+        lost: total.lost,
+        duplicates: total.duplicates,
+        early_retries: total.early_retries,
+        invalid_signatures: total.invalid_signatures,
+        requests: total.requests,
+        drained: outcomes.iter().all(|o| o.drained),
+        duration_s,
+        throughput_per_s: if duration_s > 0.0 {
+            total.delivered as f64 / duration_s
+        } else {
+            0.0
+        },
+        latency_ms: Latency::of(all_samples),
+        duration_measures: "backlog: services started → last first-delivery; rate: first commit → last first-delivery (expected classes)".into(),
+        wall_s,
+        latency_measures: "outbox row committed (created in a one-statement transaction) → first 2xx delivery at the receiver".into(),
+        per_class,
+        processes,
+    }
 }
 
 /// Latency samples of the classes that expect delivery, for the CDF.
@@ -952,7 +944,7 @@ mod tests {
             signature: String::new(),
             event_type: String::new(),
             attempt,
-            body: serde_json::to_vec(&json!({ "created_ms": created_ms }))
+            body: serde_json::to_vec(&serde_json::json!({ "created_ms": created_ms }))
                 .unwrap_or_default()
                 .into(),
             verified: true,

@@ -10,158 +10,62 @@
 //! common contract, `report.html` and its charts as SVG files in `charts/`), and `relay`
 //! (outbox → Kafka only). Each run uses a fresh database and fresh topics, so runs do not
 //! disturb each other or the `make up` stack.
+//!
+//! # Modules
+//!
+//! What each is, and the modules it uses (`use crate::…`, tests included); the edges form a
+//! DAG, leaves first, and nothing but `main` uses `main`:
+//!
+//! ```text
+//! cli           the command line and RunArgs                          uses nothing
+//! stack         PostgreSQL/Kafka to run on, the service binaries      uses nothing
+//! schedule      the retry schedule every run configures and checks    uses nothing
+//! procstat      CPU and peak RSS of a process from /proc              uses nothing
+//! scrape        a Prometheus page and a histogram's quantiles         uses nothing
+//! tally         loss and duplicates counted by id                     uses nothing
+//! chart         SVG line charts of named series                       uses nothing
+//! report        the report contract: serde types, reading, writing    uses nothing
+//! verdict       what counts against a run                             uses report
+//! merge         report.json of one run, or the medians of several     uses report, verdict
+//! page          report.html                                           uses chart, report
+//! baseline      the polled-queue design --baseline runs               uses schedule
+//! engine        a plan run against the services and a receiver fleet  uses baseline, procstat, report, schedule, stack
+//! phase_charts  the charts of engine runs                             uses chart, engine
+//! scenarios     the engine scenarios and their own figures            uses baseline, cli, engine, report
+//! relay         the outbox → Kafka scenario                           uses chart, cli, procstat, report, scrape, stack, tally
+//! main          wires the command line to the rest                    uses baseline, chart, cli, engine, merge, page,
+//!                                                                     phase_charts, relay, report, scenarios, stack
+//! ```
 
 #![forbid(unsafe_code)]
 
 mod baseline;
+mod chart;
+mod cli;
 mod engine;
-mod html;
+mod merge;
+mod page;
+mod phase_charts;
 mod procstat;
 mod relay;
 mod report;
 mod scenarios;
+mod schedule;
+mod scrape;
+mod stack;
+mod tally;
+mod verdict;
 
-use std::path::PathBuf;
+use std::path::Path;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use anyhow::Context as _;
+use clap::Parser as _;
 
-#[derive(Parser)]
-#[command(about = "Hookstream load scenarios with JSON reports")]
-struct Cli {
-    #[command(subcommand)]
-    command: Command,
-}
-
-#[derive(Subcommand)]
-enum Command {
-    /// Run one scenario.
-    Run(RunArgs),
-    /// Recompute the medians of a report's runs (after a change to how they merge) and
-    /// rewrite DIR/report.json and the JSON in DIR/report.html.
-    Remerge {
-        /// A run's `--out` directory.
-        dir: PathBuf,
-    },
-}
-
-#[derive(Clone, Copy, Debug, ValueEnum)]
-enum Scenario {
-    /// Outbox → Kafka only: drain throughput with 1 and 2 relays, and commit → Kafka latency at a fixed rate.
-    Relay,
-    /// `--events` at `--rate` events/s to `--endpoints` fast receivers: latency.
-    Steady,
-    /// A backlog of `--events` drained to `--endpoints` fast receivers (the ceiling), then
-    /// rate steps of `--seconds` each up to it: the highest sustainable rate.
-    Max,
-    /// A backlog of `--events` to 10, then to 50 fast receivers.
-    Fanout,
-    /// One receiver of every behaviour (fast, slow, flaky, down, black hole, 429, 410) at `--rate`.
-    Fleet,
-    /// 9 fast receivers + 1 black hole, then the 9 alone: healthy latency with and without.
-    NoisyNeighbour,
-    /// `--endpoints` fast receivers + one that is down for `--outage-s`, then back.
-    OutageRecovery,
-    /// Steady load while the relay and the dispatcher are SIGKILLed at random moments.
-    Crash,
-}
-
-impl Scenario {
-    fn name(self) -> &'static str {
-        match self {
-            Self::Relay => "relay",
-            Self::Steady => "steady",
-            Self::Max => "max",
-            Self::Fanout => "fanout",
-            Self::Fleet => "fleet",
-            Self::NoisyNeighbour => "noisy-neighbour",
-            Self::OutageRecovery => "outage-recovery",
-            Self::Crash => "crash",
-        }
-    }
-}
-
-/// The naive design `--baseline` runs: with its 500 ms sleep between polls, or without.
-#[derive(Clone, Copy, Debug, ValueEnum)]
-pub enum BaselineVariant {
-    #[value(name = "polling-500ms")]
-    Polling500ms,
-    PollingTuned,
-}
-
-#[derive(Clone, clap::Args)]
-pub struct RunArgs {
-    #[arg(value_enum)]
-    scenario: Scenario,
-    /// Events for the throughput phase.
-    #[arg(long, default_value_t = 200_000)]
-    pub events: usize,
-    /// Events per second for the latency phase.
-    #[arg(long, default_value_t = 2_000)]
-    pub rate: usize,
-    /// relay: seconds of the latency phase; max: seconds of each rate step.
-    #[arg(long, default_value_t = 10)]
-    pub seconds: u64,
-    /// Endpoints subscribed to every event (fan-out) in steady, max, outage-recovery and crash.
-    #[arg(long, default_value_t = 1)]
-    pub endpoints: usize,
-    /// The dispatcher's `max_in_flight_events` (events in flight; deliveries are this × fan-out).
-    #[arg(long, default_value_t = 2_000)]
-    pub max_in_flight_events: usize,
-    /// Relay instances for the throughput phase (runs 1..=N).
-    #[arg(long, default_value_t = 2)]
-    pub relays: usize,
-    #[arg(long, default_value = "loadtest/out")]
-    pub out: PathBuf,
-    /// Seconds to wait for the pipeline to drain after the last event was committed.
-    #[arg(long, default_value_t = 180)]
-    pub deadline_s: u64,
-    /// outage-recovery: how long the endpoint is down.
-    #[arg(long, default_value_t = 60)]
-    pub outage_s: u64,
-    /// outage-recovery: the recovering endpoint's rate limit (requests/s).
-    #[arg(long, default_value_t = 100)]
-    pub outage_rate_limit: i32,
-    /// crash: seed of the kill schedule (which process, when); run i of `--runs` uses seed + i.
-    #[arg(long, default_value_t = 1)]
-    pub seed: u64,
-    /// crash: seconds between kills, drawn from MIN..=MAX.
-    #[arg(long, value_parser = parse_range, default_value = "3..8")]
-    pub kill_every_s: (f64, f64),
-    /// Also run the scenario's plans with the naive polling design, against the same receivers.
-    #[arg(long)]
-    pub baseline: bool,
-    /// Which variants of the baseline run (comma-separated).
-    #[arg(
-        long,
-        value_enum,
-        value_delimiter = ',',
-        default_value = "polling-500ms,polling-tuned"
-    )]
-    pub baseline_variants: Vec<BaselineVariant>,
-    /// Concurrent pollers of the baseline (one process).
-    #[arg(long, default_value_t = 4)]
-    pub baseline_workers: usize,
-    /// Seconds a baseline run may take to drain after its last commit (it is then reported
-    /// as it stands, `drained: false`).
-    #[arg(long, default_value_t = 60)]
-    pub baseline_deadline_s: u64,
-    /// Repeat the scenario and report the medians.
-    #[arg(long, default_value_t = 1)]
-    pub runs: usize,
-}
-
-fn parse_range(s: &str) -> Result<(f64, f64), String> {
-    let (a, b) = s.split_once("..").ok_or("expected MIN..MAX")?;
-    let a: f64 = a.trim().parse().map_err(|e| format!("{e}"))?;
-    let b: f64 = b.trim().parse().map_err(|e| format!("{e}"))?;
-    if !(a > 0.0 && b >= a) {
-        return Err("expected 0 < MIN <= MAX".into());
-    }
-    Ok((a, b))
-}
+use crate::cli::{Cli, Command, RunArgs, Scenario};
+use crate::report::RunReport;
 
 /// One run: its report and its charts.
-async fn run_once(args: &RunArgs) -> anyhow::Result<(serde_json::Value, Vec<html::Chart>)> {
+async fn run_once(args: &RunArgs) -> anyhow::Result<(RunReport, Vec<chart::Chart>)> {
     let measured = match args.scenario {
         Scenario::Relay => return relay::run(args).await,
         Scenario::Steady => scenarios::steady(args).await?,
@@ -172,88 +76,82 @@ async fn run_once(args: &RunArgs) -> anyhow::Result<(serde_json::Value, Vec<html
         Scenario::OutageRecovery => scenarios::outage_recovery(args).await?,
         Scenario::Crash => scenarios::crash(args).await?,
     };
-    let mut report = measured.report;
-    report["machine"] = serde_json::to_value(report::Machine::read())?;
     let refs: Vec<&engine::Outcome> = measured.phases.iter().collect();
-    Ok((report, html::charts(&refs)))
+    Ok((measured.report, phase_charts::charts(&refs)))
 }
 
-/// Set in the environment of the baseline's poller process (a child of the load generator).
-pub const BASELINE_ROLE_VAR: &str = "LOADTEST_BASELINE_WORKER";
+/// `loadtest run`: every run, then `report.json` (the run, or the medians and the runs),
+/// `report.html` and the charts; exits 1 when the verdict failed.
+async fn run(args: RunArgs) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&args.out)?;
+    if !matches!(args.scenario, Scenario::Relay) {
+        stack::prepare()?;
+    }
+    let mut runs = Vec::new();
+    let mut charts = Vec::new();
+    for i in 0..args.runs.max(1) {
+        if args.runs > 1 {
+            eprintln!("=== {} run {} of {}", args.scenario.name(), i + 1, args.runs);
+        }
+        // Each run of `crash` draws its own kill schedule (seed, seed + 1, …).
+        let mut this = args.clone();
+        this.seed = args.seed + i as u64;
+        let (r, c) = run_once(&this).await?;
+        runs.push(r);
+        charts = c; // the page shows the last run's charts
+    }
+    let report = match runs.len() {
+        1 => runs.into_iter().map(merge::single).next().ok_or(merge::NoRuns)?,
+        _ => merge::medians(runs)?,
+    };
+    let json = report::to_json(&report)?;
+    let path = args.out.join("report.json");
+    std::fs::write(&path, &json)?;
+    let dir = args.out.join("charts");
+    std::fs::create_dir_all(&dir)?;
+    for c in &charts {
+        std::fs::write(dir.join(format!("{}.svg", c.name)), &c.svg)?;
+    }
+    let page = args.out.join("report.html");
+    std::fs::write(&page, page::render(&report, &json, &charts))?;
+    println!("{json}");
+    eprintln!("report written to {} and {}", path.display(), page.display());
+    // What was written must read back as `remerge` will read it: a report missing a field
+    // fails here, with the field's name, not later.
+    let written = report::parse(&std::fs::read_to_string(&path)?)
+        .with_context(|| format!("{} does not read back", path.display()))?;
+    anyhow::ensure!(
+        written.verdict.passed,
+        "the run failed its checks: {}",
+        written.verdict.failures.join("; ")
+    );
+    Ok(())
+}
 
-async fn baseline_worker() -> anyhow::Result<()> {
-    let var = |k: &str| std::env::var(k).map_err(|_| anyhow::anyhow!("{k} is not set"));
-    let url = var("LOADTEST_BASELINE_DATABASE_URL")?;
-    let sleep_ms: u64 = var("LOADTEST_BASELINE_SLEEP_MS")?.parse()?;
-    let workers: usize = var("LOADTEST_BASELINE_WORKERS")?.parse()?;
-    baseline::worker(&url, workers, sleep_ms).await
+/// `loadtest remerge DIR`: the medians and the verdict again, from the runs `DIR/report.json`
+/// keeps; rewrites it and the JSON in `DIR/report.html`.
+fn remerge(dir: &Path) -> anyhow::Result<()> {
+    let path = dir.join("report.json");
+    let runs = report::parse_runs(&std::fs::read_to_string(&path)?)
+        .with_context(|| format!("cannot read the runs of {}", path.display()))?;
+    let report = merge::medians(runs).with_context(|| format!("remerging {}", path.display()))?;
+    let json = report::to_json(&report)?;
+    std::fs::write(&path, &json)?;
+    let page = dir.join("report.html");
+    if let Ok(old) = std::fs::read_to_string(&page) {
+        std::fs::write(&page, page::with_json(&old, &json))?;
+    }
+    eprintln!("{} rewritten", path.display());
+    Ok(())
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    if std::env::var_os(BASELINE_ROLE_VAR).is_some() {
-        return baseline_worker().await;
+    if std::env::var_os(baseline::ROLE_VAR).is_some() {
+        return baseline::worker_from_env().await;
     }
-    let cli = Cli::parse();
-    match cli.command {
-        Command::Run(args) => {
-            std::fs::create_dir_all(&args.out)?;
-            if !matches!(args.scenario, Scenario::Relay) {
-                relay::prepare()?;
-            }
-            let mut reports = Vec::new();
-            let mut charts = Vec::new();
-            for i in 0..args.runs.max(1) {
-                if args.runs > 1 {
-                    eprintln!("=== {} run {} of {}", args.scenario.name(), i + 1, args.runs);
-                }
-                // Each run of `crash` draws its own kill schedule (seed, seed + 1, …).
-                let mut this = args.clone();
-                this.seed = args.seed + i as u64;
-                let (r, c) = run_once(&this).await?;
-                reports.push(r);
-                charts = c; // the page shows the last run's charts
-            }
-            let verdict = report::verdict(&reports);
-            let mut report = if reports.len() > 1 {
-                report::medians(reports)
-            } else {
-                reports.remove(0)
-            };
-            report["verdict"] = verdict.clone();
-            let path = args.out.join("report.json");
-            std::fs::write(&path, serde_json::to_string_pretty(&report)?)?;
-            let dir = args.out.join("charts");
-            std::fs::create_dir_all(&dir)?;
-            for c in &charts {
-                std::fs::write(dir.join(format!("{}.svg", c.name)), &c.svg)?;
-            }
-            let page = args.out.join("report.html");
-            std::fs::write(&page, html::render(&report, &charts))?;
-            println!("{}", serde_json::to_string_pretty(&report)?);
-            eprintln!("report written to {} and {}", path.display(), page.display());
-            anyhow::ensure!(
-                verdict["passed"] == true,
-                "the run failed its checks: {}",
-                verdict["failures"]
-            );
-        }
-        Command::Remerge { dir } => {
-            let path = dir.join("report.json");
-            let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path)?)?;
-            let Some(runs) = report.get("runs").and_then(|r| r.as_array()).cloned() else {
-                anyhow::bail!("{} has no runs to merge", path.display());
-            };
-            let verdict = report::verdict(&runs);
-            let mut report = report::medians(runs);
-            report["verdict"] = verdict;
-            std::fs::write(&path, serde_json::to_string_pretty(&report)?)?;
-            let page = dir.join("report.html");
-            if let Ok(old) = std::fs::read_to_string(&page) {
-                std::fs::write(&page, html::with_json(&old, &report))?;
-            }
-            eprintln!("{} rewritten", path.display());
-        }
+    match Cli::parse().command {
+        Command::Run(args) => run(args).await,
+        Command::Remerge { dir } => remerge(&dir),
     }
-    Ok(())
 }

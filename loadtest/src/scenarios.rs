@@ -2,26 +2,32 @@
 //! own figures under its own key next to the common contract. With `--baseline` every
 //! scenario's plans also run against the naive polling design (`baseline.rs`).
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use hookstream_testkit::Behaviour;
-use serde_json::{json, Value};
 
+use crate::baseline;
+use crate::cli::{BaselineVariant, RunArgs};
 use crate::engine::{self, Chaos, Class, Kind, Load, Outcome, Plan, System};
-use crate::report::Latency;
-use crate::{BaselineVariant, RunArgs};
+use crate::report::{
+    AfterRecovery, BaselineFigures, Contract, CrashFigures, CrashSection, FanoutSection, HealthyPhase,
+    KillsPhase, LadderStep, Latency, Machine, MaxFigures, MaxSection, NoFigures, NoisyFigures, NoisySection,
+    OutageFigures, OutageSection, PhaseExtra, PhaseFigures, QuietRun, Ratios, RecoveryPhase, RunReport,
+    ScenarioReport, SteadyFigures, SteadySection,
+};
 
 /// A scenario's report and the phases it measured (for the HTML page).
 pub struct Measured {
-    pub report: Value,
+    pub report: RunReport,
     pub phases: Vec<Outcome>,
 }
 
-/// A scenario's own figures for one run (Hookstream's or the baseline's).
-type Figures = fn(&RunArgs, &Outcome) -> Value;
+/// A scenario's own figures for one phase (Hookstream's or the baseline's), if it has any.
+type Figures = fn(&RunArgs, &Outcome) -> Option<PhaseExtra>;
 
-fn no_figures(_: &RunArgs, _: &Outcome) -> Value {
-    Value::Null
+fn no_figures(_: &RunArgs, _: &Outcome) -> Option<PhaseExtra> {
+    None
 }
 
 fn plan(args: &RunArgs, label: &str, load: Load, classes: Vec<Class>) -> Plan {
@@ -48,55 +54,60 @@ fn black_hole() -> Class {
     c
 }
 
-/// The contract figures of one phase, with the scenario's own beside them.
-fn phase_figures(args: &RunArgs, scenario: &str, o: &Outcome, figures: Figures) -> Value {
-    let c = engine::contract(scenario, &[o]);
-    let mut v = json!({
-        "phase": o.label,
-        "events": c["events"],
-        "expected_deliveries": c["expected_deliveries"],
-        "delivered": c["delivered"],
-        "lost": c["lost"],
-        "duplicates": c["duplicates"],
-        "drained": c["drained"],
-        "duration_s": c["duration_s"],
-        "throughput_per_s": c["throughput_per_s"],
-        "latency_ms": c["latency_ms"],
-        "processes": c["processes"],
-    });
-    let extra = figures(args, o);
-    if !extra.is_null() {
-        v["figures"] = extra;
+/// An engine scenario's report on this machine.
+fn scenario_report<F>(
+    contract: Contract,
+    figures: F,
+    baseline: Option<BTreeMap<String, BaselineFigures>>,
+) -> ScenarioReport<F> {
+    ScenarioReport {
+        contract,
+        figures,
+        baseline,
+        machine: Machine::read(),
     }
-    v
 }
 
-/// Hookstream ÷ baseline for a number at `path` in both reports (null when either is missing
-/// or the baseline's is 0).
-fn ratio(hookstream: &Value, baseline: &Value, path: &[&str]) -> Value {
-    let get = |v: &Value| path.iter().try_fold(v, |v, k| v.get(*k)).and_then(Value::as_f64);
-    match (get(hookstream), get(baseline)) {
-        (Some(h), Some(b)) if b > 0.0 => json!(h / b),
-        _ => Value::Null,
+/// The contract figures of one phase, with the scenario's own beside them.
+fn phase_figures(args: &RunArgs, o: &Outcome, figures: Figures) -> PhaseFigures {
+    let c = engine::contract(&[o]);
+    PhaseFigures {
+        phase: o.label.clone(),
+        events: c.events,
+        expected_deliveries: c.expected_deliveries,
+        delivered: c.delivered,
+        lost: c.lost,
+        duplicates: c.duplicates,
+        drained: c.drained,
+        duration_s: c.duration_s,
+        throughput_per_s: c.throughput_per_s,
+        latency_ms: c.latency_ms,
+        processes: c.processes,
+        figures: figures(args, o),
     }
+}
+
+/// Hookstream ÷ baseline (`None` when the baseline's is 0).
+fn ratio(hookstream: f64, baseline: f64) -> Option<f64> {
+    (baseline > 0.0).then(|| hookstream / baseline)
 }
 
 /// With `--baseline`: `plans` run again by the naive polling design (each variant asked for),
 /// against fresh receivers of the same fleet, stopped `--baseline-deadline-s` after the last
-/// commit; `report["baseline"]` gets each variant's contract figures, its phases (with the
-/// scenario's `figures`) and Hookstream ÷ baseline ratios.
+/// commit: each variant's contract figures, its phases (with the scenario's `figures`) and
+/// Hookstream ÷ baseline ratios against `hookstream`. The baseline's phases are appended to
+/// `phases`.
 async fn baseline(
     args: &RunArgs,
     plans: &[&Plan],
-    report: &mut Value,
+    hookstream: &Contract,
     phases: &mut Vec<Outcome>,
     figures: Figures,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Option<BTreeMap<String, BaselineFigures>>> {
     if !args.baseline {
-        return Ok(());
+        return Ok(None);
     }
-    let scenario = report["scenario"].as_str().unwrap_or_default().to_string();
-    let mut out = serde_json::Map::new();
+    let mut out = BTreeMap::new();
     for variant in &args.baseline_variants {
         let (key, sleep_ms) = match variant {
             BaselineVariant::Polling500ms => ("polling_500ms", 500),
@@ -114,47 +125,50 @@ async fn baseline(
             runs.push(engine::run(&b).await?);
         }
         let refs: Vec<&Outcome> = runs.iter().collect();
-        let c = engine::contract(&scenario, &refs);
+        let c = engine::contract(&refs);
         out.insert(
-            key.into(),
-            json!({
-                "sleep_ms": sleep_ms,
-                "pollers": args.baseline_workers,
-                "batch": crate::baseline::BATCH,
-                "deadline_s": args.baseline_deadline_s,
-                "expected_deliveries": c["expected_deliveries"],
-                "delivered": c["delivered"],
-                "lost": c["lost"],
-                "drained": c["drained"],
-                "duplicates": c["duplicates"],
-                "early_retries": c["early_retries"],
-                "invalid_signatures": c["invalid_signatures"],
-                "duration_s": c["duration_s"],
-                "throughput_per_s": c["throughput_per_s"],
-                "latency_ms": c["latency_ms"],
-                "processes": c["processes"],
-                "phases": runs.iter().map(|o| phase_figures(args, &scenario, o, figures)).collect::<Vec<_>>(),
-                "hookstream_over_baseline": {
-                    "throughput_per_s": ratio(report, &c, &["throughput_per_s"]),
-                    "latency_p50": ratio(report, &c, &["latency_ms", "p50"]),
-                    "latency_p99": ratio(report, &c, &["latency_ms", "p99"]),
-                    "reads": "above 1 for throughput and below 1 for latency favour Hookstream",
+            key.to_string(),
+            BaselineFigures {
+                sleep_ms,
+                pollers: args.baseline_workers,
+                batch: baseline::BATCH,
+                deadline_s: args.baseline_deadline_s,
+                expected_deliveries: c.expected_deliveries,
+                delivered: c.delivered,
+                lost: c.lost,
+                drained: c.drained,
+                duplicates: c.duplicates,
+                early_retries: c.early_retries,
+                invalid_signatures: c.invalid_signatures,
+                duration_s: c.duration_s,
+                throughput_per_s: c.throughput_per_s,
+                latency_ms: c.latency_ms,
+                phases: runs.iter().map(|o| phase_figures(args, o, figures)).collect(),
+                hookstream_over_baseline: Ratios {
+                    throughput_per_s: ratio(hookstream.throughput_per_s, c.throughput_per_s),
+                    latency_p50: ratio(hookstream.latency_ms.p50, c.latency_ms.p50),
+                    latency_p99: ratio(hookstream.latency_ms.p99, c.latency_ms.p99),
+                    reads: "above 1 for throughput and below 1 for latency favour Hookstream".into(),
                 },
-            }),
+                processes: c.processes,
+            },
         );
         phases.extend(runs);
     }
-    report["baseline"] = Value::Object(out);
-    Ok(())
+    Ok(Some(out))
 }
 
 pub async fn steady(args: &RunArgs) -> anyhow::Result<Measured> {
     let p = plan(args, "steady", Load::Rate(args.rate), vec![fast(args.endpoints)]);
     let o = engine::run(&p).await?;
-    let mut report = engine::contract("steady", &[&o]);
-    report["steady"] = json!({ "rate_per_s": args.rate, "endpoints": args.endpoints });
+    let contract = engine::contract(&[&o]);
     let mut phases = vec![o];
-    baseline(args, &[&p], &mut report, &mut phases, no_figures).await?;
+    let baseline = baseline(args, &[&p], &contract, &mut phases, no_figures).await?;
+    let steady = SteadyFigures {
+        rate_per_s: args.rate,
+        endpoints: args.endpoints,
+    };
+    let report = RunReport::Steady(scenario_report(contract, SteadySection { steady }, baseline));
     Ok(Measured { report, phases })
 }
 
@@ -172,9 +186,9 @@ const LADDER: [f64; 4] = [0.5, 0.7, 0.85, 1.0];
 pub async fn max(args: &RunArgs) -> anyhow::Result<Measured> {
     let p = plan(args, "max", Load::Backlog, vec![fast(args.endpoints)]);
     let o = engine::run(&p).await?;
-    let mut report = engine::contract("max", &[&o]);
+    let contract = engine::contract(&[&o]);
     let endpoints = args.endpoints.max(1);
-    let drain_events_per_s = report["throughput_per_s"].as_f64().unwrap_or(0.0) / endpoints as f64;
+    let drain_events_per_s = contract.throughput_per_s / endpoints as f64;
     let mut phases = vec![o];
     let mut ladder = Vec::new();
     let mut sustained: f64 = 0.0;
@@ -190,23 +204,22 @@ pub async fn max(args: &RunArgs) -> anyhow::Result<Measured> {
         step.events = rate * args.seconds as usize;
         step.drain_deadline = Duration::from_secs(SUSTAIN_DRAIN_S);
         let o = engine::run(&step).await?;
-        let c = engine::contract("max", &[&o]);
+        let c = engine::contract(&[&o]);
         let achieved = o.production_s.map_or(0.0, |s| o.events as f64 / s.max(0.01));
-        let p99 = c["latency_ms"]["p99"].as_f64().unwrap_or(f64::INFINITY);
-        let kept_up = o.drained && p99 <= SUSTAIN_P99_MS;
+        let kept_up = o.drained && c.latency_ms.p99 <= SUSTAIN_P99_MS;
         let producer_kept_rate = achieved >= 0.95 * rate as f64;
-        ladder.push(json!({
-            "rate_per_s": rate,
-            "fraction_of_drain_rate": f,
-            "producer_achieved_per_s": achieved,
-            "producer_kept_rate": producer_kept_rate,
-            "delivered": c["delivered"],
-            "expected_deliveries": c["expected_deliveries"],
-            "kept_up": kept_up,
-            "latency_ms": c["latency_ms"],
-            "duplicates": c["duplicates"],
-            "invalid_signatures": c["invalid_signatures"],
-        }));
+        ladder.push(LadderStep {
+            rate_per_s: rate,
+            fraction_of_drain_rate: f,
+            producer_achieved_per_s: achieved,
+            producer_kept_rate,
+            delivered: c.delivered,
+            expected_deliveries: c.expected_deliveries,
+            kept_up,
+            latency_ms: c.latency_ms,
+            duplicates: c.duplicates,
+            invalid_signatures: c.invalid_signatures,
+        });
         phases.push(o);
         if !kept_up {
             limited_by = "delivery: a step was not delivered within the drain window or its p99 passed 1 s";
@@ -218,21 +231,22 @@ pub async fn max(args: &RunArgs) -> anyhow::Result<Measured> {
             break;
         }
     }
-    report["max"] = json!({
-        "backlog_events": args.events,
-        "endpoints": endpoints,
-        "drain_rate_events_per_s": drain_events_per_s,
-        "sustainable_rate_events_per_s": sustained,
-        "sustainable_rate_deliveries_per_s": sustained * endpoints as f64,
-        "limited_by": limited_by,
-        "step_s": args.seconds,
-        "kept_up_means": format!(
+    let max = MaxFigures {
+        backlog_events: args.events,
+        endpoints,
+        drain_rate_events_per_s: drain_events_per_s,
+        sustainable_rate_events_per_s: sustained,
+        sustainable_rate_deliveries_per_s: sustained * endpoints as f64,
+        limited_by: limited_by.into(),
+        step_s: args.seconds,
+        kept_up_means: format!(
             "every event committed was delivered within {SUSTAIN_DRAIN_S} s of the last commit, p99 ≤ {SUSTAIN_P99_MS} ms"
         ),
-        "ladder": ladder,
-    });
+        ladder,
+    };
     // The baseline is compared on the backlog (its throughput ceiling).
-    baseline(args, &[&p], &mut report, &mut phases, no_figures).await?;
+    let baseline = baseline(args, &[&p], &contract, &mut phases, no_figures).await?;
+    let report = RunReport::Max(scenario_report(contract, MaxSection { max }, baseline));
     Ok(Measured { report, phases })
 }
 
@@ -252,15 +266,15 @@ pub async fn fanout(args: &RunArgs) -> anyhow::Result<Measured> {
     for p in &plans {
         phases.push(engine::run(p).await?);
     }
-    let per: Vec<Value> = phases
+    let fanout: Vec<PhaseFigures> = phases
         .iter()
-        .map(|o| phase_figures(args, "fanout", o, no_figures))
+        .map(|o| phase_figures(args, o, no_figures))
         .collect();
     let refs: Vec<&Outcome> = phases.iter().collect();
-    let mut report = engine::contract("fanout", &refs);
-    report["fanout"] = json!(per);
+    let contract = engine::contract(&refs);
     let plan_refs: Vec<&Plan> = plans.iter().collect();
-    baseline(args, &plan_refs, &mut report, &mut phases, no_figures).await?;
+    let baseline = baseline(args, &plan_refs, &contract, &mut phases, no_figures).await?;
+    let report = RunReport::Fanout(scenario_report(contract, FanoutSection { fanout }, baseline));
     Ok(Measured { report, phases })
 }
 
@@ -290,15 +304,18 @@ pub async fn fleet(args: &RunArgs) -> anyhow::Result<Measured> {
     ];
     let p = plan(args, "fleet", Load::Rate(args.rate), classes);
     let o = engine::run(&p).await?;
-    let mut report = engine::contract("fleet", &[&o]);
+    let contract = engine::contract(&[&o]);
     let mut phases = vec![o];
-    baseline(args, &[&p], &mut report, &mut phases, no_figures).await?;
+    let baseline = baseline(args, &[&p], &contract, &mut phases, no_figures).await?;
+    let report = RunReport::Fleet(scenario_report(contract, NoFigures {}, baseline));
     Ok(Measured { report, phases })
 }
 
 /// The healthy (fast) endpoints' latency in a run.
-fn healthy_latency(_: &RunArgs, o: &Outcome) -> Value {
-    json!({ "healthy_latency_ms": Latency::of(engine::latency_samples(o)) })
+fn healthy_latency(_: &RunArgs, o: &Outcome) -> Option<PhaseExtra> {
+    Some(PhaseExtra::Healthy(HealthyPhase {
+        healthy_latency_ms: Latency::of(engine::latency_samples(o)),
+    }))
 }
 
 pub async fn noisy_neighbour(args: &RunArgs) -> anyhow::Result<Measured> {
@@ -307,23 +324,28 @@ pub async fn noisy_neighbour(args: &RunArgs) -> anyhow::Result<Measured> {
     let without = engine::run(&plan(args, "quiet", Load::Rate(args.rate), vec![fast(9)])).await?;
     let healthy = |o: &Outcome| Latency::of(engine::latency_samples(o));
     let (lw, lo) = (healthy(&with), healthy(&without));
-    let mut report = engine::contract("noisy-neighbour", &[&with]);
-    let quiet = engine::contract("noisy-neighbour", &[&without]);
-    report["noisy_neighbour"] = json!({
-        "healthy_latency_ms_with_black_hole": lw,
-        "healthy_latency_ms_without_black_hole": lo,
-        "p99_ratio_with_over_without": if lo.p99 > 0.0 { lw.p99 / lo.p99 } else { 0.0 },
-        "run_without_black_hole": {
-            "delivered": quiet["delivered"],
-            "lost": quiet["lost"],
-            "duration_s": quiet["duration_s"],
-            "throughput_per_s": quiet["throughput_per_s"],
-            "processes": quiet["processes"],
+    let contract = engine::contract(&[&with]);
+    let quiet = engine::contract(&[&without]);
+    let noisy_neighbour = NoisyFigures {
+        healthy_latency_ms_with_black_hole: lw,
+        healthy_latency_ms_without_black_hole: lo,
+        p99_ratio_with_over_without: if lo.p99 > 0.0 { lw.p99 / lo.p99 } else { 0.0 },
+        run_without_black_hole: QuietRun {
+            delivered: quiet.delivered,
+            lost: quiet.lost,
+            duration_s: quiet.duration_s,
+            throughput_per_s: quiet.throughput_per_s,
+            processes: quiet.processes,
         },
-    });
+    };
     let mut phases = vec![with, without];
     // The baseline runs the noisy plan: its pollers wait out the black hole's timeout.
-    baseline(args, &[&noisy], &mut report, &mut phases, healthy_latency).await?;
+    let baseline = baseline(args, &[&noisy], &contract, &mut phases, healthy_latency).await?;
+    let report = RunReport::NoisyNeighbour(scenario_report(
+        contract,
+        NoisySection { noisy_neighbour },
+        baseline,
+    ));
     Ok(Measured { report, phases })
 }
 
@@ -331,12 +353,12 @@ pub async fn noisy_neighbour(args: &RunArgs) -> anyhow::Result<Measured> {
 const OUTAGE_CLASS: usize = 1;
 
 /// Requests to the recovering endpoint after it came back: per second, the highest 1 s and
-/// 5 s rates against its rate limit, and how long it took to drain.
-fn after_recovery(args: &RunArgs, o: &Outcome) -> Value {
+/// 5 s rates against its rate limit, and how long it took to drain. `None` when it never
+/// came back during the run.
+fn after_recovery(args: &RunArgs, o: &Outcome) -> Option<AfterRecovery> {
     let limit = f64::from(args.outage_rate_limit);
-    let (Some(up), Some(got)) = (o.recovered_at_ms[OUTAGE_CLASS], o.received[OUTAGE_CLASS].first()) else {
-        return Value::Null;
-    };
+    let up = o.recovered_at_ms.get(OUTAGE_CLASS).copied().flatten()?;
+    let got = o.received.get(OUTAGE_CLASS)?.first()?;
     let mut bins: Vec<usize> = Vec::new();
     for d in got.iter().filter(|d| d.received_unix_ms >= up) {
         let b = ((d.received_unix_ms - up) / 1000.0) as usize;
@@ -361,18 +383,22 @@ fn after_recovery(args: &RunArgs, o: &Outcome) -> Value {
         .fold(f64::INFINITY, f64::min);
     // The token bucket allows a burst of one second's worth on top of the rate.
     let allowed_5s = limit * 1.2;
-    json!({
-        "after_recovery": {
-            "requests": got.iter().filter(|d| d.received_unix_ms >= up).count(),
-            "requests_per_s": bins,
-            "first_request_after_s": if first.is_finite() { json!((first - up) / 1000.0) } else { Value::Null },
-            "max_requests_in_1s": max_1s,
-            "max_rate_over_5s_per_s": max_5s,
-            "allowed_rate_over_5s_per_s": allowed_5s,
-            "within_rate_limit": max_5s <= allowed_5s,
-            "drain_s": (last - up) / 1000.0,
-        }
+    Some(AfterRecovery {
+        requests: got.iter().filter(|d| d.received_unix_ms >= up).count(),
+        requests_per_s: bins,
+        first_request_after_s: first.is_finite().then(|| (first - up) / 1000.0),
+        max_requests_in_1s: max_1s,
+        max_rate_over_5s_per_s: max_5s,
+        allowed_rate_over_5s_per_s: allowed_5s,
+        within_rate_limit: max_5s <= allowed_5s,
+        drain_s: (last - up) / 1000.0,
     })
+}
+
+/// `after_recovery` as a baseline phase's figures.
+fn recovery_figures(args: &RunArgs, o: &Outcome) -> Option<PhaseExtra> {
+    let after_recovery = after_recovery(args, o)?;
+    Some(PhaseExtra::Recovery(RecoveryPhase { after_recovery }))
 }
 
 pub async fn outage_recovery(args: &RunArgs) -> anyhow::Result<Measured> {
@@ -390,26 +416,34 @@ pub async fn outage_recovery(args: &RunArgs) -> anyhow::Result<Measured> {
         vec![fast(args.endpoints), outage],
     );
     let o = engine::run(&p).await?;
-    let mut report = engine::contract("outage-recovery", &[&o]);
-    let mut figures = json!({
-        "outage_s": args.outage_s,
-        "rate_limit_per_s": args.outage_rate_limit,
-    });
-    if let (Value::Object(m), Some(f)) = (after_recovery(args, &o), figures.as_object_mut()) {
-        f.extend(m);
-    }
-    report["outage_recovery"] = figures;
+    let contract = engine::contract(&[&o]);
+    let outage_recovery = OutageFigures {
+        outage_s: args.outage_s,
+        rate_limit_per_s: args.outage_rate_limit,
+        after_recovery: after_recovery(args, &o),
+    };
     let mut phases = vec![o];
     // The baseline has no rate limit: what reaches the endpoint when it comes back.
-    baseline(args, &[&p], &mut report, &mut phases, after_recovery).await?;
+    let baseline = baseline(args, &[&p], &contract, &mut phases, recovery_figures).await?;
+    let report = RunReport::OutageRecovery(scenario_report(
+        contract,
+        OutageSection { outage_recovery },
+        baseline,
+    ));
     Ok(Measured { report, phases })
 }
 
-fn kills(_: &RunArgs, o: &Outcome) -> Value {
-    json!({
-        "kills": o.kills,
-        "restarts": o.processes.iter().map(|(n, u)| (n.clone(), u.restarts)).collect::<std::collections::BTreeMap<_, _>>(),
-    })
+/// The kills of a run and the restarts per process.
+fn kills(o: &Outcome) -> KillsPhase {
+    KillsPhase {
+        kills: o.kills.clone(),
+        restarts: o.processes.iter().map(|(n, u)| (n.clone(), u.restarts)).collect(),
+    }
+}
+
+/// `kills` as a baseline phase's figures.
+fn kills_figures(_: &RunArgs, o: &Outcome) -> Option<PhaseExtra> {
+    Some(PhaseExtra::Kills(kills(o)))
 }
 
 pub async fn crash(args: &RunArgs) -> anyhow::Result<Measured> {
@@ -419,12 +453,16 @@ pub async fn crash(args: &RunArgs) -> anyhow::Result<Measured> {
         every_s: (args.kill_every_s.0, args.kill_every_s.1),
     });
     let o = engine::run(&p).await?;
-    let mut report = engine::contract("crash", &[&o]);
-    let mut figures = kills(args, &o);
-    figures["seed"] = json!(args.seed);
-    report["crash"] = figures;
+    let contract = engine::contract(&[&o]);
+    let KillsPhase { kills, restarts } = kills(&o);
+    let crash = CrashFigures {
+        kills,
+        restarts,
+        seed: args.seed,
+    };
     let mut phases = vec![o];
     // The same kill schedule, aimed at the baseline's poller process.
-    baseline(args, &[&p], &mut report, &mut phases, kills).await?;
+    let baseline = baseline(args, &[&p], &contract, &mut phases, kills_figures).await?;
+    let report = RunReport::Crash(scenario_report(contract, CrashSection { crash }, baseline));
     Ok(Measured { report, phases })
 }

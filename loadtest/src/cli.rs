@@ -1,0 +1,141 @@
+//! The command line: `loadtest run SCENARIO [flags]` and `loadtest remerge DIR`, and the
+//! run's settings every scenario reads (`RunArgs`).
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+#[derive(Parser)]
+#[command(about = "Hookstream load scenarios with JSON reports")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand)]
+pub enum Command {
+    /// Run one scenario.
+    Run(RunArgs),
+    /// Recompute the medians of a report's runs (after a change to how they merge) and
+    /// rewrite DIR/report.json and the JSON in DIR/report.html.
+    Remerge {
+        /// A run's `--out` directory.
+        dir: PathBuf,
+    },
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum Scenario {
+    /// Outbox → Kafka only: drain throughput with 1 and 2 relays, and commit → Kafka latency at a fixed rate.
+    Relay,
+    /// `--events` at `--rate` events/s to `--endpoints` fast receivers: latency.
+    Steady,
+    /// A backlog of `--events` drained to `--endpoints` fast receivers (the ceiling), then
+    /// rate steps of `--seconds` each up to it: the highest sustainable rate.
+    Max,
+    /// A backlog of `--events` to 10, then to 50 fast receivers.
+    Fanout,
+    /// One receiver of every behaviour (fast, slow, flaky, down, black hole, 429, 410) at `--rate`.
+    Fleet,
+    /// 9 fast receivers + 1 black hole, then the 9 alone: healthy latency with and without.
+    NoisyNeighbour,
+    /// `--endpoints` fast receivers + one that is down for `--outage-s`, then back.
+    OutageRecovery,
+    /// Steady load while the relay and the dispatcher are SIGKILLed at random moments.
+    Crash,
+}
+
+impl Scenario {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Relay => "relay",
+            Self::Steady => "steady",
+            Self::Max => "max",
+            Self::Fanout => "fanout",
+            Self::Fleet => "fleet",
+            Self::NoisyNeighbour => "noisy-neighbour",
+            Self::OutageRecovery => "outage-recovery",
+            Self::Crash => "crash",
+        }
+    }
+}
+
+/// The naive design `--baseline` runs: with its 500 ms sleep between polls, or without.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum BaselineVariant {
+    #[value(name = "polling-500ms")]
+    Polling500ms,
+    PollingTuned,
+}
+
+#[derive(Clone, clap::Args)]
+pub struct RunArgs {
+    #[arg(value_enum)]
+    pub scenario: Scenario,
+    /// Events for the throughput phase.
+    #[arg(long, default_value_t = 200_000)]
+    pub events: usize,
+    /// Events per second for the latency phase.
+    #[arg(long, default_value_t = 2_000)]
+    pub rate: usize,
+    /// relay: seconds of the latency phase; max: seconds of each rate step.
+    #[arg(long, default_value_t = 10)]
+    pub seconds: u64,
+    /// Endpoints subscribed to every event (fan-out) in steady, max, outage-recovery and crash.
+    #[arg(long, default_value_t = 1)]
+    pub endpoints: usize,
+    /// The dispatcher's `max_in_flight_events` (events in flight; deliveries are this × fan-out).
+    #[arg(long, default_value_t = 2_000)]
+    pub max_in_flight_events: usize,
+    /// Relay instances for the throughput phase (runs 1..=N).
+    #[arg(long, default_value_t = 2)]
+    pub relays: usize,
+    #[arg(long, default_value = "loadtest/out")]
+    pub out: PathBuf,
+    /// Seconds to wait for the pipeline to drain after the last event was committed.
+    #[arg(long, default_value_t = 180)]
+    pub deadline_s: u64,
+    /// outage-recovery: how long the endpoint is down.
+    #[arg(long, default_value_t = 60)]
+    pub outage_s: u64,
+    /// outage-recovery: the recovering endpoint's rate limit (requests/s).
+    #[arg(long, default_value_t = 100)]
+    pub outage_rate_limit: i32,
+    /// crash: seed of the kill schedule (which process, when); run i of `--runs` uses seed + i.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// crash: seconds between kills, drawn from MIN..=MAX.
+    #[arg(long, value_parser = parse_range, default_value = "3..8")]
+    pub kill_every_s: (f64, f64),
+    /// Also run the scenario's plans with the naive polling design, against the same receivers.
+    #[arg(long)]
+    pub baseline: bool,
+    /// Which variants of the baseline run (comma-separated).
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "polling-500ms,polling-tuned"
+    )]
+    pub baseline_variants: Vec<BaselineVariant>,
+    /// Concurrent pollers of the baseline (one process).
+    #[arg(long, default_value_t = 4)]
+    pub baseline_workers: usize,
+    /// Seconds a baseline run may take to drain after its last commit (it is then reported
+    /// as it stands, `drained: false`).
+    #[arg(long, default_value_t = 60)]
+    pub baseline_deadline_s: u64,
+    /// Repeat the scenario and report the medians.
+    #[arg(long, default_value_t = 1)]
+    pub runs: usize,
+}
+
+fn parse_range(s: &str) -> Result<(f64, f64), String> {
+    let (a, b) = s.split_once("..").ok_or("expected MIN..MAX")?;
+    let a: f64 = a.trim().parse().map_err(|e| format!("{e}"))?;
+    let b: f64 = b.trim().parse().map_err(|e| format!("{e}"))?;
+    if !(a > 0.0 && b >= a) {
+        return Err("expected 0 < MIN <= MAX".into());
+    }
+    Ok((a, b))
+}
