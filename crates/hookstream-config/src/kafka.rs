@@ -13,15 +13,36 @@ const DAY_MS: i64 = 86_400_000;
 /// librdkafka properties `kafka.client` may not set, and why: Hookstream's guarantees rest
 /// on them (no loss, no reordering, offsets stored only for finished work).
 pub const PROTECTED_CLIENT_KEYS: &[(&str, &str)] = &[
-    ("enable.idempotence", "producers must be idempotent (no duplicates or reordering on retries)"),
-    ("acks", "every acknowledgement must come from all in-sync replicas"),
-    ("request.required.acks", "every acknowledgement must come from all in-sync replicas"),
-    ("enable.auto.offset.store", "offsets are stored only for finished work"),
-    ("enable.auto.commit", "stored offsets are committed in the background"),
-    ("group.id", "set kafka.group_id, retry.group_id or dlq.sink_group_id instead"),
+    (
+        "enable.idempotence",
+        "producers must be idempotent (no duplicates or reordering on retries)",
+    ),
+    (
+        "acks",
+        "every acknowledgement must come from all in-sync replicas",
+    ),
+    (
+        "request.required.acks",
+        "every acknowledgement must come from all in-sync replicas",
+    ),
+    (
+        "enable.auto.offset.store",
+        "offsets are stored only for finished work",
+    ),
+    (
+        "enable.auto.commit",
+        "stored offsets are committed in the background",
+    ),
+    (
+        "group.id",
+        "set kafka.group_id, retry.group_id or dlq.sink_group_id instead",
+    ),
     ("bootstrap.servers", "set kafka.brokers instead"),
     ("metadata.broker.list", "set kafka.brokers instead"),
-    ("partition.assignment.strategy", "the consumers rely on cooperative-sticky assignment"),
+    (
+        "partition.assignment.strategy",
+        "the consumers rely on cooperative-sticky assignment",
+    ),
 ];
 
 /// Topic names; overridable so several deployments (or tests) can share one cluster.
@@ -118,9 +139,7 @@ impl Validate for KafkaConfig {
         for key in self.client.keys() {
             let normalised = key.trim().to_ascii_lowercase();
             if let Some((_, why)) = PROTECTED_CLIENT_KEYS.iter().find(|(k, _)| *k == normalised) {
-                return err(format!(
-                    "kafka.client.\"{key}\" cannot be overridden: {why}"
-                ));
+                return err(format!("kafka.client.\"{key}\" cannot be overridden: {why}"));
             }
         }
         let t = &self.topic_settings;
@@ -157,7 +176,12 @@ mod tests {
 
     #[test]
     fn safety_overrides_are_refused_by_name() {
-        for key in ["enable.idempotence", "acks", "enable.auto.offset.store", "Enable.Auto.Commit"] {
+        for key in [
+            "enable.idempotence",
+            "acks",
+            "enable.auto.offset.store",
+            "Enable.Auto.Commit",
+        ] {
             let mut cfg = KafkaConfig::default();
             cfg.client.insert(key.into(), "false".into());
             let err = cfg.validate().unwrap_err().to_string();
@@ -175,6 +199,10 @@ mod tests {
         assert!(cfg.validate().unwrap_err().to_string().contains("partitions"));
         let mut cfg = KafkaConfig::default();
         cfg.topic_settings.events_retention_ms = 1000;
-        assert!(cfg.validate().unwrap_err().to_string().contains("events_retention_ms"));
+        assert!(cfg
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("events_retention_ms"));
     }
 }

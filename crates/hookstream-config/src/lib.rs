@@ -252,7 +252,10 @@ mod tests {
     #[test]
     fn values_that_cannot_work_are_refused_after_parsing() {
         let err = load_toml_str::<Cfg>("[kafka.client]\n\"enable.idempotence\" = \"false\"\n").unwrap_err();
-        assert!(err.to_string().contains("kafka.client.\"enable.idempotence\""), "{err}");
+        assert!(
+            err.to_string().contains("kafka.client.\"enable.idempotence\""),
+            "{err}"
+        );
         let err = load_toml_str::<Cfg>("[database]\nmax_connections = 0\n").unwrap_err();
         assert!(err.to_string().contains("database.max_connections"), "{err}");
         load_toml_str::<Cfg>("").unwrap();

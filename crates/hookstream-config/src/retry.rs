@@ -140,7 +140,8 @@ impl RetryConfig {
     /// due time hop thousands of times).
     pub fn retry_after_cap_ms(&self) -> u64 {
         let longest = self.schedule_ms.iter().copied().max().unwrap_or(0);
-        self.max_retry_after_ms.min(longest.saturating_mul(HOPS_PER_DELAY))
+        self.max_retry_after_ms
+            .min(longest.saturating_mul(HOPS_PER_DELAY))
     }
 
     /// The least retention a tier of `delay_ms` may have.
@@ -174,7 +175,10 @@ impl Validate for RetryConfig {
             return err("retry.group_id must not be empty".into());
         }
         if self.partitions < 1 {
-            return err(format!("retry.partitions must be at least 1, not {}", self.partitions));
+            return err(format!(
+                "retry.partitions must be at least 1, not {}",
+                self.partitions
+            ));
         }
         if self.max_waiting == 0 {
             return err("retry.max_waiting must be at least 1".into());
@@ -241,12 +245,23 @@ mod tests {
         assert_eq!(next(0), 5_000, "due now: the shortest tier, waited out in memory");
         assert_eq!(next(4_000), 5_000, "shorter than every tier: the shortest");
         assert_eq!(next(5_000), 5_000);
-        assert_eq!(next(5_500), 5_000, "a jittered first retry hops 5 s, then waits 0.5 s");
+        assert_eq!(
+            next(5_500),
+            5_000,
+            "a jittered first retry hops 5 s, then waits 0.5 s"
+        );
         assert_eq!(next(299_999), 5_000);
         assert_eq!(next(300_000), 300_000);
         assert_eq!(next(13 * 3_600_000), 36_000_000);
         assert_eq!(next(100 * 3_600_000), 36_000_000);
-        assert_eq!(RetryConfig { schedule_ms: vec![], ..r }.next_tier(1), None);
+        assert_eq!(
+            RetryConfig {
+                schedule_ms: vec![],
+                ..r
+            }
+            .next_tier(1),
+            None
+        );
     }
 
     #[test]
@@ -255,7 +270,18 @@ mod tests {
         // before the due time and never after it.
         let r = RetryConfig::default();
         let shortest = r.shortest_tier().unwrap().delay_ms;
-        for remaining in [0, 1, 4_999, 5_000, 5_001, 61_000, 299_999, 7_199_999, 86_400_000, 604_800_000] {
+        for remaining in [
+            0,
+            1,
+            4_999,
+            5_000,
+            5_001,
+            61_000,
+            299_999,
+            7_199_999,
+            86_400_000,
+            604_800_000,
+        ] {
             let (mut left, mut hops) = (remaining, 0);
             while left >= shortest {
                 let d = r.next_tier(left).unwrap().delay_ms;
@@ -282,14 +308,52 @@ mod tests {
         let bad = |c: RetryConfig| c.validate().unwrap_err().to_string();
         let d = RetryConfig::default();
         d.validate().unwrap();
-        assert!(bad(RetryConfig { schedule_ms: vec![], ..d.clone() }).contains("retry.schedule_ms"));
-        assert!(bad(RetryConfig { jitter: 1.0, ..d.clone() }).contains("retry.jitter"));
-        assert!(bad(RetryConfig { jitter: -0.1, ..d.clone() }).contains("retry.jitter"));
-        assert!(bad(RetryConfig { jitter: f64::NAN, ..d.clone() }).contains("retry.jitter"));
-        assert!(bad(RetryConfig { max_waiting: 0, ..d.clone() }).contains("retry.max_waiting"));
-        assert!(bad(RetryConfig { partitions: 0, ..d.clone() }).contains("retry.partitions"));
-        assert!(bad(RetryConfig { max_retry_after_ms: 30 * DAY_MS, ..d.clone() }).contains("max_retry_after_ms"));
-        assert!(bad(RetryConfig { tier_retention_ms: DAY_MS, ..d.clone() }).contains("retry.tier_retention_ms"));
-        RetryConfig { schedule_ms: vec![], enabled: false, ..d }.validate().unwrap();
+        assert!(bad(RetryConfig {
+            schedule_ms: vec![],
+            ..d.clone()
+        })
+        .contains("retry.schedule_ms"));
+        assert!(bad(RetryConfig {
+            jitter: 1.0,
+            ..d.clone()
+        })
+        .contains("retry.jitter"));
+        assert!(bad(RetryConfig {
+            jitter: -0.1,
+            ..d.clone()
+        })
+        .contains("retry.jitter"));
+        assert!(bad(RetryConfig {
+            jitter: f64::NAN,
+            ..d.clone()
+        })
+        .contains("retry.jitter"));
+        assert!(bad(RetryConfig {
+            max_waiting: 0,
+            ..d.clone()
+        })
+        .contains("retry.max_waiting"));
+        assert!(bad(RetryConfig {
+            partitions: 0,
+            ..d.clone()
+        })
+        .contains("retry.partitions"));
+        assert!(bad(RetryConfig {
+            max_retry_after_ms: 30 * DAY_MS,
+            ..d.clone()
+        })
+        .contains("max_retry_after_ms"));
+        assert!(bad(RetryConfig {
+            tier_retention_ms: DAY_MS,
+            ..d.clone()
+        })
+        .contains("retry.tier_retention_ms"));
+        RetryConfig {
+            schedule_ms: vec![],
+            enabled: false,
+            ..d
+        }
+        .validate()
+        .unwrap();
     }
 }

@@ -39,8 +39,9 @@ impl SecretsConfig {
         if !self.key.is_empty() {
             keys.push(self.key.trim().to_string());
         } else if let Some(path) = &self.key_file {
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| ConfigError::new(format!("cannot read secrets.key_file {}: {e}", path.display())))?;
+            let text = std::fs::read_to_string(path).map_err(|e| {
+                ConfigError::new(format!("cannot read secrets.key_file {}: {e}", path.display()))
+            })?;
             keys.extend(
                 text.lines()
                     .map(str::trim)
@@ -76,7 +77,9 @@ impl Validate for SecretsConfig {
                 )));
             }
             if !ids.insert(id.to_string()) {
-                return Err(ConfigError::new(format!("secrets key id {id:?} is configured twice")));
+                return Err(ConfigError::new(format!(
+                    "secrets key id {id:?} is configured twice"
+                )));
             }
         }
         Ok(())
@@ -110,6 +113,9 @@ mod tests {
             ..Default::default()
         };
         assert!(dup.validate().unwrap_err().to_string().contains("twice"));
-        assert!(SecretsConfig::default().validate().is_ok(), "no key is the service's call");
+        assert!(
+            SecretsConfig::default().validate().is_ok(),
+            "no key is the service's call"
+        );
     }
 }

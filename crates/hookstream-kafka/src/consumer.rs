@@ -263,7 +263,10 @@ struct Member<H: Handler> {
     handler: Arc<H>,
     permits: Arc<Semaphore>,
     tasks: TaskTracker,
-    done: (mpsc::UnboundedSender<Completion>, mpsc::UnboundedReceiver<Completion>),
+    done: (
+        mpsc::UnboundedSender<Completion>,
+        mpsc::UnboundedReceiver<Completion>,
+    ),
     seq: u64,
     lag: LagGauges,
 }

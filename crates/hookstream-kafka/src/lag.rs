@@ -133,7 +133,10 @@ impl LagGauges {
                 .and_then(|s| s.oldest_timestamp_ms)
                 .map(|ts| (now_ms - ts).max(0) as f64 / 1000.0)
                 .unwrap_or(0.0);
-            self.metrics.lag_messages.with_label_values(&labels).set(lag.messages);
+            self.metrics
+                .lag_messages
+                .with_label_values(&labels)
+                .set(lag.messages);
             self.metrics.lag_seconds.with_label_values(&labels).set(age);
             self.metrics
                 .uncommitted
@@ -175,7 +178,11 @@ mod tests {
             .find(|f| f.name() == name)?
             .get_metric()
             .iter()
-            .find(|m| m.get_label().iter().any(|l| l.name() == "partition" && l.value() == partition))
+            .find(|m| {
+                m.get_label()
+                    .iter()
+                    .any(|l| l.name() == "partition" && l.value() == partition)
+            })
             .map(|m| m.get_gauge().get_value())
     }
 
@@ -196,11 +203,22 @@ mod tests {
         }];
         g.update(&[lag(0, 5), lag(1, 0)], &tracked, 10_000);
         assert_eq!(value(&registry, "kafka_consumergroup_lag", "0"), Some(5.0));
-        assert_eq!(value(&registry, "hookstream_consumer_lag_seconds", "0"), Some(3.0));
-        assert_eq!(value(&registry, "hookstream_consumer_lag_seconds", "1"), Some(0.0), "idle reads 0");
+        assert_eq!(
+            value(&registry, "hookstream_consumer_lag_seconds", "0"),
+            Some(3.0)
+        );
+        assert_eq!(
+            value(&registry, "hookstream_consumer_lag_seconds", "1"),
+            Some(0.0),
+            "idle reads 0"
+        );
         g.update(&[lag(0, 0)], &[], 11_000);
         assert_eq!(value(&registry, "kafka_consumergroup_lag", "0"), Some(0.0));
-        assert_eq!(value(&registry, "kafka_consumergroup_lag", "1"), None, "revoked: removed");
+        assert_eq!(
+            value(&registry, "kafka_consumergroup_lag", "1"),
+            None,
+            "revoked: removed"
+        );
         g.clear();
         assert_eq!(value(&registry, "kafka_consumergroup_lag", "0"), None);
     }

@@ -6,9 +6,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use hookstream_config::{KafkaConfig, RetryConfig};
-use rdkafka::admin::{
-    AdminClient, AdminOptions, AlterConfig, NewTopic, ResourceSpecifier, TopicReplication,
-};
+use rdkafka::admin::{AdminClient, AdminOptions, AlterConfig, NewTopic, ResourceSpecifier, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
@@ -183,10 +181,12 @@ pub async fn describe(
     names: &[String],
 ) -> Result<HashMap<String, HashMap<String, String>>, TopicError> {
     let admin = admin(cfg)?;
-    let resources: Vec<ResourceSpecifier<'_>> =
-        names.iter().map(|n| ResourceSpecifier::Topic(n)).collect();
+    let resources: Vec<ResourceSpecifier<'_>> = names.iter().map(|n| ResourceSpecifier::Topic(n)).collect();
     let mut out = HashMap::new();
-    for (name, result) in names.iter().zip(admin.describe_configs(&resources, &options()).await?) {
+    for (name, result) in names
+        .iter()
+        .zip(admin.describe_configs(&resources, &options()).await?)
+    {
         match result {
             Ok(resource) => {
                 let entries = resource
@@ -196,9 +196,7 @@ pub async fn describe(
                     .collect();
                 out.insert(name.clone(), entries);
             }
-            Err(RDKafkaErrorCode::UnknownTopicOrPartition) => {
-                return Err(TopicError::Missing(name.clone()))
-            }
+            Err(RDKafkaErrorCode::UnknownTopicOrPartition) => return Err(TopicError::Missing(name.clone())),
             Err(code) => {
                 return Err(TopicError::Config {
                     topic: name.clone(),
@@ -221,10 +219,7 @@ pub async fn check_tiers(kafka: &KafkaConfig, retry: &RetryConfig) -> Result<(),
         let Some(c) = configs.get(&tier.topic) else {
             return Err(TopicError::Missing(tier.topic.clone()));
         };
-        let retention_ms: i64 = c
-            .get("retention.ms")
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(-1);
+        let retention_ms: i64 = c.get("retention.ms").and_then(|v| v.parse().ok()).unwrap_or(-1);
         let required = retry.required_retention_ms(tier.delay_ms);
         if retention_ms >= 0 && (retention_ms as u64) < required {
             return Err(TopicError::RetentionTooShort {
@@ -259,8 +254,7 @@ pub struct Fixed {
 pub async fn fix(cfg: &KafkaConfig, specs: &[TopicSpec]) -> Result<Vec<Fixed>, TopicError> {
     let admin = admin(cfg)?;
     let names: Vec<String> = specs.iter().map(|s| s.name.clone()).collect();
-    let resources: Vec<ResourceSpecifier<'_>> =
-        names.iter().map(|n| ResourceSpecifier::Topic(n)).collect();
+    let resources: Vec<ResourceSpecifier<'_>> = names.iter().map(|n| ResourceSpecifier::Topic(n)).collect();
     let described = admin.describe_configs(&resources, &options()).await?;
     let mut changes = Vec::new();
     for (spec, result) in specs.iter().zip(described) {
@@ -295,9 +289,10 @@ pub async fn fix(cfg: &KafkaConfig, specs: &[TopicSpec]) -> Result<Vec<Fixed>, T
             .filter_map(|e| Some((e.name.clone(), e.value.clone()?)))
             .collect();
         keep.extend(spec.configs.iter().cloned());
-        let alter = keep
-            .iter()
-            .fold(AlterConfig::new(ResourceSpecifier::Topic(&spec.name)), |a, (k, v)| a.set(k, v));
+        let alter = keep.iter().fold(
+            AlterConfig::new(ResourceSpecifier::Topic(&spec.name)),
+            |a, (k, v)| a.set(k, v),
+        );
         for result in admin.alter_configs([&alter], &options()).await? {
             result.map_err(|(_, code)| TopicError::Config {
                 topic: spec.name.clone(),

@@ -184,7 +184,10 @@ impl Replayer {
         if !retry.enabled {
             return Err(ReplayError::RetriesDisabled);
         }
-        let tier = retry.shortest_tier().map(|t| t.topic).ok_or(ReplayError::NoTier)?;
+        let tier = retry
+            .shortest_tier()
+            .map(|t| t.topic)
+            .ok_or(ReplayError::NoTier)?;
         Ok(Self {
             pool,
             kafka: kafka.clone(),
@@ -522,10 +525,12 @@ enum Target {
 
 /// Where a dead letter goes and its event, or why it cannot be replayed.
 fn replayable(row: &DeadLetterDetail) -> Result<(Target, EventEnvelope), String> {
-    let bytes = row
-        .event
-        .as_deref()
-        .ok_or_else(|| format!("no event stored with it (class {}: a poison record)", row.letter.error_class))?;
+    let bytes = row.event.as_deref().ok_or_else(|| {
+        format!(
+            "no event stored with it (class {}: a poison record)",
+            row.letter.error_class
+        )
+    })?;
     let event =
         EventEnvelope::decode(bytes).map_err(|e| format!("its stored event cannot be decoded: {e}"))?;
     let target = match row.letter.endpoint_id {

@@ -270,13 +270,15 @@ pub async fn reseal(pool: &PgPool, sealer: &Sealer) -> Result<Resealed, StoreErr
     for row in endpoints {
         let url = row.target_url(sealer)?;
         let (key_id, sealed) = sealer.seal_url(row.endpoint.id, &url);
-        sqlx::query("UPDATE hookstream.endpoints SET url = $2, url_sealed = $3, url_key_id = $4 WHERE id = $1")
-            .bind(row.endpoint.id)
-            .bind(hookstream_egress::redact(&url))
-            .bind(sealed)
-            .bind(key_id)
-            .execute(&mut *tx)
-            .await?;
+        sqlx::query(
+            "UPDATE hookstream.endpoints SET url = $2, url_sealed = $3, url_key_id = $4 WHERE id = $1",
+        )
+        .bind(row.endpoint.id)
+        .bind(hookstream_egress::redact(&url))
+        .bind(sealed)
+        .bind(key_id)
+        .execute(&mut *tx)
+        .await?;
         done.urls += 1;
     }
     tx.commit().await?;

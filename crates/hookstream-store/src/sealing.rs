@@ -138,10 +138,7 @@ impl Sealer {
         }
         let (nonce, body) = sealed.split_at(NONCE_LEN);
         let plain = cipher
-            .decrypt(
-                Nonce::from_slice(nonce),
-                Payload { msg: body, aad },
-            )
+            .decrypt(Nonce::from_slice(nonce), Payload { msg: body, aad })
             .map_err(|_| SealError::Corrupt)?;
         String::from_utf8(plain).map_err(|_| SealError::Corrupt)
     }
@@ -192,12 +189,21 @@ mod tests {
         let ep = Uuid::now_v7();
         let url = "https://hooks.example.com/services/T000/B000/s3cr3tT0k3nValue";
         let (key_id, sealed) = sealer.seal_url(ep, url);
-        assert!(!sealed.windows(8).any(|w| w == b"s3cr3tT0"), "no plaintext in the sealed bytes");
+        assert!(
+            !sealed.windows(8).any(|w| w == b"s3cr3tT0"),
+            "no plaintext in the sealed bytes"
+        );
         assert_eq!(sealer.open_url(ep, &key_id, &sealed).unwrap(), url);
         assert!(sealer.open(ep, &key_id, &sealed).is_err(), "not as a secret");
-        assert!(sealer.open_url(Uuid::now_v7(), &key_id, &sealed).is_err(), "not for another endpoint");
+        assert!(
+            sealer.open_url(Uuid::now_v7(), &key_id, &sealed).is_err(),
+            "not for another endpoint"
+        );
         let (key_id, secret) = sealer.seal(ep, "whsec_x");
-        assert!(sealer.open_url(ep, &key_id, &secret).is_err(), "a secret is not a url");
+        assert!(
+            sealer.open_url(ep, &key_id, &secret).is_err(),
+            "a secret is not a url"
+        );
     }
 
     #[test]

@@ -125,10 +125,7 @@ pub async fn load_since(
         .bind(&tenant_ids)
         .fetch_all(&mut *tx)
         .await?;
-    let tenants = tenant_ids
-        .iter()
-        .map(|id| (*id, existing.contains(id)))
-        .collect();
+    let tenants = tenant_ids.iter().map(|id| (*id, existing.contains(id))).collect();
     let mut loaded: HashMap<Uuid, ActiveEndpoint> = if endpoint_ids.is_empty() {
         HashMap::new()
     } else {

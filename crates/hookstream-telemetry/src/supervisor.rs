@@ -169,7 +169,10 @@ mod tests {
         assert_eq!(failed.task, "dlq sink");
         assert!(shutdown.is_cancelled(), "the others were asked to stop");
         assert!(!health.is_ready());
-        assert_eq!(health.failure().as_deref(), Some("dlq sink: database gone for good"));
+        assert_eq!(
+            health.failure().as_deref(),
+            Some("dlq sink: database gone for good")
+        );
     }
 
     #[tokio::test]
@@ -182,7 +185,11 @@ mod tests {
             Ok::<(), String>(())
         });
         let failed = s.wait().await.expect_err("a panic surfaces");
-        assert!(failed.reason.contains("offset tracker poisoned"), "{}", failed.reason);
+        assert!(
+            failed.reason.contains("offset tracker poisoned"),
+            "{}",
+            failed.reason
+        );
         assert!(health.failure().is_some());
 
         let (mut s, _health, _shutdown) = supervisor();

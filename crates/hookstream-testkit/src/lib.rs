@@ -193,20 +193,24 @@ impl TestEnv {
         self.endpoint_with(receiver, new).await
     }
 
-    /// Creates an endpoint for `receiver` with `new`'s settings (its url is the receiver's)
-    /// and hands the receiver its secret.
+    /// Creates an endpoint for `receiver` with `new`'s settings (its url is the receiver's,
+    /// unless `new` names one) and hands the receiver its secret (beside any it has: one
+    /// receiver may serve several endpoints).
     pub async fn endpoint_with(
         &self,
         receiver: &Receiver,
         new: hookstream_store::endpoints::NewEndpoint,
     ) -> anyhow::Result<Uuid> {
-        let new = hookstream_store::endpoints::NewEndpoint {
-            url: receiver.url(),
-            ..new
+        let url = if new.url.is_empty() {
+            receiver.url()
+        } else {
+            new.url.clone()
         };
+        let new = hookstream_store::endpoints::NewEndpoint { url, ..new };
         let (ep, secret) =
-            hookstream_store::endpoints::create(&self.pool, &self.sealer(), &self.address_policy(), new).await?;
-        receiver.set_secret(&secret.expose());
+            hookstream_store::endpoints::create(&self.pool, &self.sealer(), &self.address_policy(), new)
+                .await?;
+        receiver.add_secret(&secret.expose());
         Ok(ep.id)
     }
 
@@ -251,8 +255,12 @@ impl TestEnv {
 
     /// The offsets a consumer group committed on a topic (-1 where none).
     pub async fn group_offsets(&self, group: &str, topic: &str) -> anyhow::Result<Vec<i64>> {
-        let (kafka, topic, partitions, group) =
-            (self.kafka.clone(), topic.to_string(), self.partitions, group.to_string());
+        let (kafka, topic, partitions, group) = (
+            self.kafka.clone(),
+            topic.to_string(),
+            self.partitions,
+            group.to_string(),
+        );
         tokio::task::spawn_blocking(move || {
             let mut cfg = hookstream_kafka::client_config(&kafka);
             cfg.set("group.id", &group);
@@ -304,7 +312,12 @@ impl TestEnv {
 
     /// Reads every record of a topic from the beginning until `expected` were read or
     /// `timeout` passed; returns them in partition order.
-    pub async fn read_topic(&self, topic: &str, expected: usize, timeout: Duration) -> anyhow::Result<Vec<Record>> {
+    pub async fn read_topic(
+        &self,
+        topic: &str,
+        expected: usize,
+        timeout: Duration,
+    ) -> anyhow::Result<Vec<Record>> {
         let (kafka, topic, partitions) = (self.kafka.clone(), topic.to_string(), self.partitions);
         tokio::task::spawn_blocking(move || read_topic(&kafka, &topic, partitions, expected, timeout)).await?
     }

@@ -59,6 +59,11 @@ impl ServiceProcess {
         self.child.wait().await.ok().and_then(|s| s.code())
     }
 
+    /// Waits for the process to exit by itself; returns its exit code.
+    pub async fn wait(&mut self) -> Option<i32> {
+        self.child.wait().await.ok().and_then(|s| s.code())
+    }
+
     /// Whether it is still running.
     pub fn is_running(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))

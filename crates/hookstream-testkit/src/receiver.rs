@@ -38,6 +38,10 @@ pub enum Behaviour {
     /// About this percentage (0–100) of requests get 429 with `Retry-After: secs`, spread
     /// like `Flaky`; the others 204.
     Throttle(u8, u64),
+    /// Every event's first attempt (`hookstream-attempt: 1`) gets `status`; later ones 204.
+    FailFirst(u16),
+    /// Every event's first attempt gets 503 with `Retry-After: secs`; later ones 204.
+    RetryAfterFirst(u64),
 }
 
 /// Whether the `nth` request (1-based) falls in the failing `percent` of a sequence: an even
@@ -74,7 +78,9 @@ pub struct Received {
 
 struct Inner {
     behaviour: Mutex<Behaviour>,
-    secret: Mutex<Option<String>>,
+    /// A delivery verifies when any of these verifies it (one receiver may serve several
+    /// endpoints, each with its own secret).
+    secrets: Mutex<Vec<String>>,
     received: Mutex<Vec<Received>>,
     /// Requests answered 2xx.
     successes: AtomicUsize,
@@ -98,7 +104,7 @@ impl Receiver {
     pub async fn start_at(addr: std::net::SocketAddr, behaviour: Behaviour) -> std::io::Result<Self> {
         let inner = Arc::new(Inner {
             behaviour: Mutex::new(behaviour),
-            secret: Mutex::new(None),
+            secrets: Mutex::new(Vec::new()),
             received: Mutex::new(Vec::new()),
             successes: AtomicUsize::new(0),
         });
@@ -119,8 +125,14 @@ impl Receiver {
         format!("http://{}/hook", self.addr)
     }
 
+    /// Verifies with this secret only from now on.
     pub fn set_secret(&self, secret: &str) {
-        *self.inner.secret.lock().unwrap() = Some(secret.to_string());
+        *self.inner.secrets.lock().unwrap() = vec![secret.to_string()];
+    }
+
+    /// Also verifies with this secret (another endpoint delivering here).
+    pub fn add_secret(&self, secret: &str) {
+        self.inner.secrets.lock().unwrap().push(secret.to_string());
     }
 
     /// Changes how later requests are answered (an endpoint that recovers, say).
@@ -165,13 +177,13 @@ async fn handle(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Bytes
             .to_string()
     };
     let verified = inner
-        .secret
+        .secrets
         .lock()
         .unwrap()
-        .as_deref()
-        .and_then(|s| standardwebhooks::Webhook::new(s).ok())
-        .map(|wh| wh.verify(&body, &headers).is_ok())
-        .unwrap_or(false);
+        .iter()
+        .filter_map(|s| standardwebhooks::Webhook::new(s).ok())
+        .any(|wh| wh.verify(&body, &headers).is_ok());
+    let first_attempt = get("hookstream-attempt") == "1";
     let behaviour = *inner.behaviour.lock().unwrap();
     let (status, retry_after, nth) = {
         let mut received = inner.received.lock().unwrap();
@@ -189,6 +201,10 @@ async fn handle(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Bytes
             Behaviour::Flaky(_) => (204, None),
             Behaviour::Throttle(percent, secs) if in_failing_share(nth, percent) => (429, Some(secs)),
             Behaviour::Throttle(..) => (204, None),
+            Behaviour::FailFirst(status) if first_attempt => (status, None),
+            Behaviour::FailFirst(_) => (204, None),
+            Behaviour::RetryAfterFirst(secs) if first_attempt => (503, Some(secs)),
+            Behaviour::RetryAfterFirst(_) => (204, None),
         };
         received.push(Received {
             webhook_id: get("webhook-id"),

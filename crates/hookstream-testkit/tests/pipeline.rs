@@ -87,7 +87,8 @@ async fn wait_committed_to_end(env: &TestEnv) -> bool {
 }
 
 async fn dead_letters(env: &TestEnv, expected: usize) -> Vec<DeadLetter> {
-    env.read_topic(&env.kafka.topics.dlq, expected, Duration::from_secs(15)).await
+    env.read_topic(&env.kafka.topics.dlq, expected, Duration::from_secs(15))
+        .await
         .unwrap()
         .into_iter()
         .map(|r| DeadLetter::decode(r.payload.as_slice()).expect("dead letters decode"))
@@ -199,7 +200,10 @@ async fn delivers_1000_events_to_exactly_the_subscribed_endpoints() {
         }
     }
     assert_eq!(env.outbox_len().await.unwrap(), 0, "the relay emptied the outbox");
-    assert!(dead_letters(&env, 1).await.is_empty(), "nothing was dead-lettered");
+    assert!(
+        dead_letters(&env, 1).await.is_empty(),
+        "nothing was dead-lettered"
+    );
 
     dispatcher.stop().await;
     relay.stop().await;
@@ -221,7 +225,12 @@ async fn an_unsubscribed_event_goes_nowhere_and_its_offset_still_advances() {
 
     assert!(
         eventually(Duration::from_secs(30), || async {
-            let ends: i64 = env.end_offsets(&env.kafka.topics.events).await.unwrap().iter().sum();
+            let ends: i64 = env
+                .end_offsets(&env.kafka.topics.events)
+                .await
+                .unwrap()
+                .iter()
+                .sum();
             ends == 20
         })
         .await,
@@ -282,7 +291,8 @@ async fn bad_outbox_rows_are_quarantined_and_do_not_block_the_rows_behind_them()
     );
     // One aggregate, one key: the events topic holds them in commit order.
     let in_kafka: Vec<String> = env
-        .read_topic(&env.kafka.topics.events, 10, Duration::from_secs(10)).await
+        .read_topic(&env.kafka.topics.events, 10, Duration::from_secs(10))
+        .await
         .unwrap()
         .iter()
         .map(|r| EventEnvelope::decode(r.payload.as_slice()).unwrap().event_id)
@@ -350,8 +360,15 @@ async fn failed_deliveries_and_poison_records_are_dead_lettered_with_a_reason() 
     assert_eq!(&decode.raw[..], b"\xff\xfe not protobuf", "raw bytes are kept");
     let ghost = by_class["unknown_tenant"];
     assert!(ghost.reason.starts_with("unknown tenant"), "{}", ghost.reason);
-    assert!(ghost.reason.contains("routed again for"), "retried before it was given up: {}", ghost.reason);
-    assert!(ghost.event.is_some(), "kept with its event, so it can be replayed");
+    assert!(
+        ghost.reason.contains("routed again for"),
+        "retried before it was given up: {}",
+        ghost.reason
+    );
+    assert!(
+        ghost.event.is_some(),
+        "kept with its event, so it can be replayed"
+    );
     let http5 = by_class["http_5xx"];
     assert_eq!(http5.endpoint_id, broken_ep.to_string());
     assert_eq!(http5.last_status, 500);

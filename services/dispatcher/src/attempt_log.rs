@@ -82,7 +82,10 @@ impl AttemptLog {
     }
 
     /// Returns an error when the producer failed for good; otherwise waits for shutdown.
-    pub(crate) fn watch(&self, shutdown: CancellationToken) -> impl std::future::Future<Output = Result<(), String>> {
+    pub(crate) fn watch(
+        &self,
+        shutdown: CancellationToken,
+    ) -> impl std::future::Future<Output = Result<(), String>> {
         let mut fatal = self.fatal.clone();
         async move {
             tokio::select! {

@@ -104,17 +104,28 @@ impl Validate for DispatcherSettings {
     fn validate(&self) -> Result<(), ConfigError> {
         let err = |m: String| Err(ConfigError::new(m));
         if self.roles.is_empty() {
-            return err("dispatcher.roles must name at least one of \"events\", \"retry\", \"dlq_sink\"".into());
+            return err(
+                "dispatcher.roles must name at least one of \"events\", \"retry\", \"dlq_sink\"".into(),
+            );
         }
         let mut seen = std::collections::HashSet::new();
         if let Some(dup) = self.roles.iter().find(|r| !seen.insert(**r)) {
             return err(format!("dispatcher.roles names {:?} twice", dup.as_str()));
         }
         for (key, value) in [
-            ("dispatcher.max_in_flight_events", self.max_in_flight_events as u64),
-            ("dispatcher.max_in_flight_deliveries", self.max_in_flight_deliveries as u64),
+            (
+                "dispatcher.max_in_flight_events",
+                self.max_in_flight_events as u64,
+            ),
+            (
+                "dispatcher.max_in_flight_deliveries",
+                self.max_in_flight_deliveries as u64,
+            ),
             ("dispatcher.subscription_refresh_ms", self.subscription_refresh_ms),
-            ("dispatcher.disable_after_failing_ms", self.disable_after_failing_ms),
+            (
+                "dispatcher.disable_after_failing_ms",
+                self.disable_after_failing_ms,
+            ),
         ] {
             if value == 0 {
                 return err(format!("{key} must be at least 1"));
@@ -131,7 +142,10 @@ fn validate_delivery(d: &DeliveryConfig) -> Result<(), ConfigError> {
         return err("delivery.connect_timeout_ms must be at least 1".into());
     }
     if d.max_timeout_ms < 100 {
-        return err(format!("delivery.max_timeout_ms must be at least 100, not {}", d.max_timeout_ms));
+        return err(format!(
+            "delivery.max_timeout_ms must be at least 100, not {}",
+            d.max_timeout_ms
+        ));
     }
     if d.user_agent.is_empty() || !d.user_agent.bytes().all(|b| (0x20..0x7f).contains(&b)) {
         return err("delivery.user_agent must be printable ASCII".into());
@@ -170,7 +184,8 @@ impl Validate for Config {
 mod tests {
     use super::*;
 
-    const KEY: &str = "[secrets]\nkey = \"k:0000000000000000000000000000000000000000000000000000000000000000\"\n";
+    const KEY: &str =
+        "[secrets]\nkey = \"k:0000000000000000000000000000000000000000000000000000000000000000\"\n";
 
     fn load(extra: &str) -> Result<Config, ConfigError> {
         hookstream_config::load_toml_str(&format!("{KEY}{extra}"))
@@ -182,11 +197,20 @@ mod tests {
         for (toml, key) in [
             ("[retry]\nschedule_ms = []\n", "retry.schedule_ms"),
             ("[retry]\njitter = 1.5\n", "retry.jitter"),
-            ("[dispatcher]\nmax_in_flight_events = 0\n", "dispatcher.max_in_flight_events"),
-            ("[dispatcher]\nmax_in_flight_deliveries = 0\n", "dispatcher.max_in_flight_deliveries"),
+            (
+                "[dispatcher]\nmax_in_flight_events = 0\n",
+                "dispatcher.max_in_flight_events",
+            ),
+            (
+                "[dispatcher]\nmax_in_flight_deliveries = 0\n",
+                "dispatcher.max_in_flight_deliveries",
+            ),
             ("[dispatcher]\nroles = []\n", "dispatcher.roles"),
             ("[dispatcher.isolation]\nfailure_ratio = 0.0\n", "failure_ratio"),
-            ("[kafka.client]\n\"enable.auto.offset.store\" = \"true\"\n", "enable.auto.offset.store"),
+            (
+                "[kafka.client]\n\"enable.auto.offset.store\" = \"true\"\n",
+                "enable.auto.offset.store",
+            ),
             ("[kafka.client]\nacks = \"1\"\n", "acks"),
             ("[delivery]\nproxy = \"not a url\"\n", "delivery.proxy"),
             ("[dlq]\nprune_interval_ms = 0\n", "dlq.prune_interval_ms"),
@@ -194,7 +218,9 @@ mod tests {
             let err = load(toml).expect_err(toml).to_string();
             assert!(err.contains(key), "{toml}: {err}");
         }
-        let err = hookstream_config::load_toml_str::<Config>("").unwrap_err().to_string();
+        let err = hookstream_config::load_toml_str::<Config>("")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("secrets.key"), "{err}");
     }
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use hookstream_config::{RetryConfig, TopicsConfig};
 use hookstream_delivery::Engine;
 use hookstream_kafka::rdkafka::producer::FutureProducer;
-use hookstream_kafka::{HandoffError, Fatal};
+use hookstream_kafka::{Fatal, HandoffError};
 use hookstream_store::sqlx::PgPool;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;

@@ -24,18 +24,11 @@ pub(crate) struct EndpointHealth {
 
 impl EndpointHealth {
     fn known(&self, id: Uuid) -> Option<Option<i64>> {
-        self.failing_since
-            .lock()
-            .expect("health lock")
-            .get(&id)
-            .copied()
+        self.failing_since.lock().expect("health lock").get(&id).copied()
     }
 
     fn set(&self, id: Uuid, since: Option<i64>) {
-        self.failing_since
-            .lock()
-            .expect("health lock")
-            .insert(id, since);
+        self.failing_since.lock().expect("health lock").insert(id, since);
     }
 
     fn forget(&self, id: Uuid) {

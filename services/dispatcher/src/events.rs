@@ -35,7 +35,10 @@ impl Handler for EventsRole {
         })
     }
 
-    fn run(self: Arc<Self>, work: EventWork) -> impl std::future::Future<Output = Result<Done, Fatal>> + Send {
+    fn run(
+        self: Arc<Self>,
+        work: EventWork,
+    ) -> impl std::future::Future<Output = Result<Done, Fatal>> + Send {
         async move {
             self.ctx.metrics.in_flight.inc();
             let result = process(&self.ctx, work).await;

@@ -55,9 +55,7 @@ pub(crate) async fn route_and_deliver(
     };
     ctx.metrics.events.with_label_values(&["routed"]).inc();
     // Memory follows deliveries in flight, not events: a wide fan-out waits for room.
-    let width = endpoints
-        .len()
-        .min(ctx.settings.max_in_flight_deliveries.max(1));
+    let width = endpoints.len().min(ctx.settings.max_in_flight_deliveries.max(1));
     let window = ctx
         .deliveries
         .clone()

@@ -92,8 +92,11 @@ pub async fn run(
     if retrying {
         // Without the tiers no retry can be handed on; with too short a retention a record
         // could be deleted before it is due.
-        hookstream_kafka::ensure_topics(&cfg.kafka, &hookstream_kafka::topics::tier_specs(&cfg.kafka, &cfg.retry))
-            .await?;
+        hookstream_kafka::ensure_topics(
+            &cfg.kafka,
+            &hookstream_kafka::topics::tier_specs(&cfg.kafka, &cfg.retry),
+        )
+        .await?;
         hookstream_kafka::topics::check_tiers(&cfg.kafka, &cfg.retry).await?;
     }
     let subs = subscriptions::Subscriptions::load(pool.clone(), sealer, metrics.clone()).await?;
@@ -140,7 +143,10 @@ pub async fn run(
             vec![cfg.kafka.topics.events.clone()],
             cfg.dispatcher.max_in_flight_events,
         );
-        let (kafka, handler) = (cfg.kafka.clone(), Arc::new(events::EventsRole { ctx: ctx.clone() }));
+        let (kafka, handler) = (
+            cfg.kafka.clone(),
+            Arc::new(events::EventsRole { ctx: ctx.clone() }),
+        );
         let (m, s) = (consumer_metrics.clone(), shutdown.clone());
         sup.spawn("events role", async move {
             hookstream_kafka::consumer::run(&kafka, settings, handler, m, s).await

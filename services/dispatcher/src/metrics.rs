@@ -8,7 +8,8 @@ use hookstream_telemetry::prometheus::{
 
 /// Retry lateness buckets: fine below a second (the objective is p99 ≤ 1 s), coarse above.
 const LATENESS_BUCKETS: &[f64] = &[
-    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0, 1800.0,
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0,
+    1800.0,
 ];
 
 #[derive(Clone)]

@@ -34,7 +34,14 @@ pub(crate) async fn attempt(
         Err(refusal) => {
             // (Boxed, like every rarely taken await below: many attempts wait for admission at
             // once, and each reserves the size of its largest state.)
-            let task = retry::deferred(event, ep.endpoint.id, attempt - 1, first_attempt_at_ms, origin, refusal);
+            let task = retry::deferred(
+                event,
+                ep.endpoint.id,
+                attempt - 1,
+                first_attempt_at_ms,
+                origin,
+                refusal,
+            );
             return Box::pin(handoff::to_retry_tier(ctx, &task)).await;
         }
     };

@@ -37,7 +37,12 @@ use crate::{handoff, outcome};
 /// schedule is exhausted. `spread` in [-1, 1] scales the jitter. Never shorter than the
 /// receiver's `Retry-After` (clamped to `RetryConfig::retry_after_cap_ms`) nor, after a timeout
 /// or a 429, the throttle minimum. Saturating: no input overflows.
-pub fn next_delay(cfg: &RetryConfig, failed_attempt: u32, outcome: &Outcome, spread: f64) -> Option<Duration> {
+pub fn next_delay(
+    cfg: &RetryConfig,
+    failed_attempt: u32,
+    outcome: &Outcome,
+    spread: f64,
+) -> Option<Duration> {
     let base = *cfg.schedule_ms.get(failed_attempt.checked_sub(1)? as usize)?;
     let spread = if spread.is_nan() {
         0.0
@@ -197,7 +202,10 @@ impl Handler for RetryRole {
     fn prepare(&self, record: Record) -> Start<RetryWork> {
         let ctx = &self.ctx;
         let tier = ctx.retry.tier_label(&record.topic).to_string();
-        ctx.metrics.retry_consumed.with_label_values(&[tier.as_str()]).inc();
+        ctx.metrics
+            .retry_consumed
+            .with_label_values(&[tier.as_str()])
+            .inc();
         if let Some(kind) = replay_kind(&record) {
             ctx.metrics.dlq_replayed.with_label_values(&[kind]).inc();
         }
@@ -223,11 +231,11 @@ impl Handler for RetryRole {
         let now = now_ms();
         if let Some(interval) = replay_interval_ms(&record) {
             // A replay: at most its rate to one endpoint, however many arrived at once.
-            task.due_at_ms = self
-                .pacer
-                .lock()
-                .expect("pacer lock")
-                .slot(&task.endpoint_id, task.due_at_ms, interval, now);
+            task.due_at_ms =
+                self.pacer
+                    .lock()
+                    .expect("pacer lock")
+                    .slot(&task.endpoint_id, task.due_at_ms, interval, now);
         }
         let delay = ctx.retry.tier_of_topic(&record.topic).unwrap_or(0);
         let appended = record.timestamp_ms.unwrap_or(now);
@@ -249,7 +257,10 @@ impl Handler for RetryRole {
         }
     }
 
-    fn run(self: Arc<Self>, work: RetryWork) -> impl std::future::Future<Output = Result<Done, Fatal>> + Send {
+    fn run(
+        self: Arc<Self>,
+        work: RetryWork,
+    ) -> impl std::future::Future<Output = Result<Done, Fatal>> + Send {
         async move { done(self.handle(work).await) }
     }
 }
@@ -306,9 +317,7 @@ impl RetryRole {
                 return Ok(false);
             }
         }
-        ctx.metrics
-            .retry_lateness
-            .observe(late_ms.max(0) as f64 / 1000.0);
+        ctx.metrics.retry_lateness.observe(late_ms.max(0) as f64 / 1000.0);
         deliver(ctx, task, position).await
     }
 
@@ -417,9 +426,18 @@ mod tests {
             ..Default::default()
         };
         let secs = |s| Some(Duration::from_secs(s));
-        assert_eq!(next_delay(&cfg, 1, &outcome(ErrorClass::Timeout, None), 0.0), secs(60));
-        assert_eq!(next_delay(&cfg, 1, &outcome(ErrorClass::Http429, None), 0.0), secs(60));
-        assert_eq!(next_delay(&cfg, 1, &outcome(ErrorClass::Http5xx, secs(10)), 0.0), secs(10));
+        assert_eq!(
+            next_delay(&cfg, 1, &outcome(ErrorClass::Timeout, None), 0.0),
+            secs(60)
+        );
+        assert_eq!(
+            next_delay(&cfg, 1, &outcome(ErrorClass::Http429, None), 0.0),
+            secs(60)
+        );
+        assert_eq!(
+            next_delay(&cfg, 1, &outcome(ErrorClass::Http5xx, secs(10)), 0.0),
+            secs(10)
+        );
         assert_eq!(
             next_delay(&cfg, 1, &outcome(ErrorClass::Http5xx, secs(10 * 86_400)), 0.0),
             secs(86_400),
@@ -439,7 +457,11 @@ mod tests {
         assert_eq!(p.slot("a", 900, 100, 1_000), 900, "the first goes now");
         assert_eq!(p.slot("a", 950, 100, 1_000), 1_100);
         assert_eq!(p.slot("a", 990, 100, 1_000), 1_200);
-        assert_eq!(p.slot("b", 990, 100, 1_000), 990, "another endpoint is not held back");
+        assert_eq!(
+            p.slot("b", 990, 100, 1_000),
+            990,
+            "another endpoint is not held back"
+        );
         // A task due later than the spacing keeps its due time.
         assert_eq!(p.slot("a", 5_000, 100, 1_000), 5_000);
         // Long after: the previous start was its slot, nothing to wait for.

@@ -50,7 +50,10 @@ impl Snapshot {
         let mut by_tenant: HashMap<Uuid, Vec<Arc<ActiveEndpoint>>> = HashMap::new();
         for ep in view.endpoints {
             let ep = Arc::new(ep);
-            by_tenant.entry(ep.endpoint.tenant_id).or_default().push(ep.clone());
+            by_tenant
+                .entry(ep.endpoint.tenant_id)
+                .or_default()
+                .push(ep.clone());
             snap.by_id.insert(ep.endpoint.id, ep);
         }
         snap.by_tenant = by_tenant.into_iter().map(|(t, v)| (t, Arc::new(v))).collect();
@@ -133,7 +136,11 @@ pub struct Subscriptions {
 
 impl Subscriptions {
     /// Loads everything once.
-    pub async fn load(pool: PgPool, sealer: Sealer, metrics: DispatcherMetrics) -> Result<Arc<Self>, StoreError> {
+    pub async fn load(
+        pool: PgPool,
+        sealer: Sealer,
+        metrics: DispatcherMetrics,
+    ) -> Result<Arc<Self>, StoreError> {
         let view = subscriptions::load_all(&pool, &sealer).await?;
         let snap = Snapshot::from_view(view);
         metrics.subscription_version.set(snap.version);
@@ -177,21 +184,30 @@ impl Subscriptions {
         let next = match delta {
             Some(d) if d.version == snap.version && d.tenants.is_empty() && d.endpoints.is_empty() => None,
             Some(d) => {
-                self.metrics.subscription_refreshes.with_label_values(&["incremental"]).inc();
+                self.metrics
+                    .subscription_refreshes
+                    .with_label_values(&["incremental"])
+                    .inc();
                 Some(snap.apply(d))
             }
             None => {
                 let view = subscriptions::load_all(&self.pool, &self.sealer)
                     .await
                     .inspect_err(|_| self.metrics.subscription_refresh_errors.inc())?;
-                self.metrics.subscription_refreshes.with_label_values(&["full"]).inc();
+                self.metrics
+                    .subscription_refreshes
+                    .with_label_values(&["full"])
+                    .inc();
                 Some(Snapshot::from_view(view))
             }
         };
         if let Some(next) = next {
             if next.version < snap.version {
-                tracing::warn!(from = snap.version, to = next.version,
-                    "the subscription version went back (database restored?); using the database's");
+                tracing::warn!(
+                    from = snap.version,
+                    to = next.version,
+                    "the subscription version went back (database restored?); using the database's"
+                );
             }
             self.metrics.subscription_version.set(next.version);
             *self.snapshot.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(next);
@@ -259,7 +275,11 @@ impl Subscriptions {
     }
 
     /// Keeps the snapshot fresh until `shutdown`; prunes the change log now and then.
-    pub async fn watch(self: Arc<Self>, every: Duration, shutdown: CancellationToken) -> Result<(), StoreError> {
+    pub async fn watch(
+        self: Arc<Self>,
+        every: Duration,
+        shutdown: CancellationToken,
+    ) -> Result<(), StoreError> {
         let mut wakeup = Wakeup::new(self.pool.clone(), NOTIFY_CHANNEL);
         let mut prune_at = Instant::now() + PRUNE_EVERY;
         loop {
@@ -282,7 +302,8 @@ impl Subscriptions {
             }
             if Instant::now() >= prune_at {
                 prune_at = Instant::now() + PRUNE_EVERY;
-                match subscriptions::prune_changes(&self.pool, chrono::Utc::now() - KEEP_CHANGES, 1_000).await {
+                match subscriptions::prune_changes(&self.pool, chrono::Utc::now() - KEEP_CHANGES, 1_000).await
+                {
                     Ok(n) if n > 0 => tracing::debug!(deleted = n, "subscription change log pruned"),
                     Ok(_) => {}
                     Err(e) => tracing::debug!(error = %e, "cannot prune the subscription change log"),

@@ -7,10 +7,10 @@ use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use hookstream_replay::{ReplayOptions, Replayer};
 use futures::stream::{FuturesUnordered, StreamExt};
 use hookstream_kafka::rdkafka::producer::{FutureProducer, FutureRecord};
 use hookstream_proto::{DeadLetter, DeliveryTask, EventEnvelope, Message as _};
+use hookstream_replay::{ReplayOptions, Replayer};
 use hookstream_store::dead_letters::{self, Filter, NewDeadLetter, Position};
 use hookstream_store::outbox::NewEvent;
 use hookstream_testkit::{eventually, Behaviour, Receiver, TestEnv};
@@ -373,9 +373,12 @@ async fn replay_at_rate(dispatcher_late: bool) {
         };
         dead_letters::insert(&env.pool, &row).await.unwrap();
     }
-    hookstream_kafka::ensure_topics(&env.kafka, &hookstream_kafka::topics::tier_specs(&env.kafka, &cfg.retry))
-        .await
-        .unwrap();
+    hookstream_kafka::ensure_topics(
+        &env.kafka,
+        &hookstream_kafka::topics::tier_specs(&env.kafka, &cfg.retry),
+    )
+    .await
+    .unwrap();
     let mut token = None;
     if !dispatcher_late {
         token = Some(start(&env, cfg.clone(), Registry::new()));

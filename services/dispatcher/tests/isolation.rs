@@ -142,7 +142,8 @@ async fn breaker_opens_refuses_without_calls_half_opens_and_closes() {
         "refusals by the breaker use no attempt (highest attempt number seen: {max_attempt})"
     );
     assert!(env
-        .read_topic(&env.kafka.topics.dlq, 1, Duration::from_secs(1)).await
+        .read_topic(&env.kafka.topics.dlq, 1, Duration::from_secs(1))
+        .await
         .unwrap()
         .is_empty());
     token.cancel();
@@ -394,7 +395,8 @@ async fn an_endpoint_failing_past_the_window_is_disabled_and_the_tenant_told() {
         .contains("no successful delivery"));
     // The pending retry finds the endpoint disabled: dead-lettered, not attempted again.
     let letters = env
-        .read_topic(&env.kafka.topics.dlq, 1, Duration::from_secs(10)).await
+        .read_topic(&env.kafka.topics.dlq, 1, Duration::from_secs(10))
+        .await
         .unwrap();
     assert_eq!(letters.len(), 1);
     tokio::time::sleep(Duration::from_millis(1_500)).await;
@@ -479,7 +481,8 @@ async fn a_410_disables_the_endpoint_at_once_and_the_tenant_is_told() {
         .unwrap();
     assert_eq!(ep.disabled_reason.as_deref(), Some("receiver answered 410 Gone"));
     let letters = env
-        .read_topic(&env.kafka.topics.dlq, 1, Duration::from_secs(10)).await
+        .read_topic(&env.kafka.topics.dlq, 1, Duration::from_secs(10))
+        .await
         .unwrap();
     let letter = DeadLetter::decode(&letters[0].payload[..]).unwrap();
     assert_eq!(

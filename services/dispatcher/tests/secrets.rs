@@ -98,7 +98,10 @@ async fn secrets_are_sealed_at_rest_and_rotate_with_an_overlap() {
             .fetch_one(&env.pool)
             .await
             .unwrap();
-    assert!(!url.contains("legacy-t0ken"), "only the redacted url stays in clear: {url}");
+    assert!(
+        !url.contains("legacy-t0ken"),
+        "only the redacted url stays in clear: {url}"
+    );
     assert!(url_sealed.is_some_and(|b| !b.windows(12).any(|w| w == b"legacy-t0ken")));
     let all_urls: Vec<String> = hookstream_store::sqlx::query_scalar("SELECT url FROM hookstream.endpoints")
         .fetch_all(&env.pool)

@@ -51,7 +51,8 @@ async fn endpoint(env: &TestEnv, tenant: Uuid, url: &str) -> Uuid {
 }
 
 async fn dead_letters(env: &TestEnv, n: usize) -> Vec<DeadLetter> {
-    env.read_topic(&env.kafka.topics.dlq, n, Duration::from_secs(30)).await
+    env.read_topic(&env.kafka.topics.dlq, n, Duration::from_secs(30))
+        .await
         .unwrap()
         .iter()
         .map(|r| DeadLetter::decode(r.payload.as_slice()).unwrap())
@@ -99,8 +100,14 @@ async fn forbidden_destinations_are_refused_before_any_connection() {
         .await
         .expect_err(url);
         let msg = refused.to_string();
-        assert!(msg.contains("refused") || msg.contains("forbidden"), "{url}: {msg}");
-        assert!(!msg.contains("t0ps3cret"), "{url}: the error repeats the token: {msg}");
+        assert!(
+            msg.contains("refused") || msg.contains("forbidden"),
+            "{url}: {msg}"
+        );
+        assert!(
+            !msg.contains("t0ps3cret"),
+            "{url}: the error repeats the token: {msg}"
+        );
     }
     // Rows created under a looser policy (or before it existed) are refused when delivering.
     let anything = AddressPolicy::new(vec!["0.0.0.0/0".parse().unwrap(), "::/0".parse().unwrap()]);

@@ -54,9 +54,14 @@ pub(crate) async fn prune_idempotency_keys(
         }
         match outbox::prune_idempotency_keys(&pool, chrono::Utc::now() - window, PRUNE_BATCH).await {
             Ok(0) => {}
-            Ok(n) => tracing::info!(deleted = n, window_days = cfg.idempotency_window_days,
-                "idempotency keys past their window deleted"),
-            Err(e) => tracing::warn!(error = %e, "cannot prune idempotency keys, trying at the next interval"),
+            Ok(n) => tracing::info!(
+                deleted = n,
+                window_days = cfg.idempotency_window_days,
+                "idempotency keys past their window deleted"
+            ),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot prune idempotency keys, trying at the next interval")
+            }
         }
     }
 }

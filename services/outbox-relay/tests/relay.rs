@@ -298,7 +298,8 @@ async fn a_row_too_large_for_the_topic_is_quarantined_and_the_rows_behind_it_flo
         quarantined[0].reason
     );
     let shipped: Vec<String> = env
-        .read_all(&env.kafka.topics.events).await
+        .read_all(&env.kafka.topics.events)
+        .await
         .unwrap()
         .iter()
         .map(|r| EventEnvelope::decode(r.payload.as_slice()).unwrap().event_id)
@@ -306,4 +307,70 @@ async fn a_row_too_large_for_the_topic_is_quarantined_and_the_rows_behind_it_flo
     let behind: Vec<String> = ids[1..].iter().map(Uuid::to_string).collect();
     assert_eq!(shipped, behind, "the rows behind it were shipped, in order");
     assert_eq!(relay.terminate().await, Some(0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idempotency_keys_past_their_window_are_pruned_in_batches() {
+    let env = TestEnv::new(1).await.unwrap();
+    let tenant = env.tenant("t").await.unwrap();
+    // 2,500 keys from eight days ago (more than two pruning batches), and three fresh ones.
+    sqlx::query(
+        "INSERT INTO hookstream.idempotency_keys (tenant_id, key, event_id, created_at)
+         SELECT $1, 'old-' || g, gen_random_uuid(), now() - interval '8 days' FROM generate_series(1, 2500) g",
+    )
+    .bind(tenant)
+    .execute(&env.pool)
+    .await
+    .unwrap();
+    let mut tx = env.pool.begin().await.unwrap();
+    for n in 0..3 {
+        let e = Event::new(tenant, "order.paid", json!({ "n": n })).idempotency_key(format!("fresh-{n}"));
+        hookstream_producer::enqueue(&mut tx, &e).await.unwrap();
+    }
+    tx.commit().await.unwrap();
+    let keys = || async {
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM hookstream.idempotency_keys")
+            .fetch_one(&env.pool)
+            .await
+            .unwrap()
+    };
+    assert_eq!(keys().await, 2_503);
+
+    let cfg = outbox_relay::Config {
+        database: env.database.clone(),
+        kafka: env.kafka.clone(),
+        relay: outbox_relay::RelaySettings {
+            prune_interval_ms: 200,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let token = tokio_util::sync::CancellationToken::new();
+    let stop = token.clone();
+    let relay = tokio::spawn(async move {
+        outbox_relay::run(cfg, &prometheus::Registry::new(), Default::default(), stop).await
+    });
+    assert!(
+        eventually(Duration::from_secs(20), || async { keys().await == 3 }).await,
+        "the old keys are gone, the fresh ones kept ({} left)",
+        keys().await
+    );
+    // Past its window a key no longer de-duplicates: the same key makes a new event.
+    let mut tx = env.pool.begin().await.unwrap();
+    let again = Event::new(tenant, "order.paid", json!({})).idempotency_key("old-1");
+    hookstream_producer::enqueue(&mut tx, &again).await.unwrap();
+    let fresh = Event::new(tenant, "order.paid", json!({})).idempotency_key("fresh-0");
+    let first: Uuid =
+        sqlx::query_scalar("SELECT event_id FROM hookstream.idempotency_keys WHERE key = 'fresh-0'")
+            .fetch_one(&mut *tx)
+            .await
+            .unwrap();
+    assert_eq!(
+        hookstream_producer::enqueue(&mut tx, &fresh).await.unwrap(),
+        first,
+        "a fresh key still de-duplicates"
+    );
+    tx.commit().await.unwrap();
+    token.cancel();
+    relay.await.unwrap().unwrap();
 }
