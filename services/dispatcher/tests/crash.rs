@@ -95,8 +95,9 @@ async fn sigkill_with_5000_deliveries_in_flight_loses_nothing() {
         eventually(Duration::from_secs(60), || async { receiver.count() >= 1_000 }).await,
         "deliveries in flight before the kill"
     );
-    let in_flight_at_kill = receiver.count();
     first.kill9().await;
+    // Everything the killed process delivered has reached the receiver by now.
+    let delivered_before_kill = receiver.count();
 
     let second = spawn_dispatcher(&env, "dispatcher-2", 5_000);
     let want: HashSet<String> = ids.iter().cloned().collect();
@@ -120,9 +121,14 @@ async fn sigkill_with_5000_deliveries_in_flight_loses_nothing() {
         "every delivery is signed correctly"
     );
     println!(
-        "dispatcher SIGKILL: {} requests had reached the receiver at the kill; {} events, {duplicates} duplicate deliveries",
-        in_flight_at_kill,
+        "dispatcher SIGKILL: {delivered_before_kill} requests had reached the receiver at the kill; {} events, {duplicates} duplicate deliveries",
         want.len()
+    );
+    // One crash can make each delivery of the killed process happen once more, no more:
+    // only work it began can be redone, and the next owner redoes it once.
+    assert!(
+        duplicates <= delivered_before_kill,
+        "{duplicates} duplicates, more than the {delivered_before_kill} deliveries the killed process made"
     );
     assert_eq!(second.terminate().await, Some(0));
     relay.cancel();
@@ -164,6 +170,110 @@ async fn a_second_dispatcher_joining_and_leaving_mid_stream_loses_nothing() {
     println!(
         "join/leave: {} events, {duplicates} duplicate deliveries",
         want.len()
+    );
+    // Each of the two rebalances can redo only the work in flight on the partitions that
+    // moved (what the revoked owner had begun and not finished), which the events window
+    // bounds: max_in_flight_events (1,000) per rebalance.
+    assert!(
+        duplicates <= 2 * 1_000,
+        "{duplicates} duplicates for two rebalances"
+    );
+    assert_eq!(a.terminate().await, Some(0));
+    relay.cancel();
+}
+
+/// Publishes one event every `every`, on 97 aggregates (so every partition), until `stop`;
+/// returns when each was published.
+async fn publish_steadily(
+    env: &TestEnv,
+    tenant: Uuid,
+    every: Duration,
+    stop: CancellationToken,
+) -> std::collections::HashMap<String, std::time::Instant> {
+    let mut at = std::collections::HashMap::new();
+    let mut i = 0usize;
+    while !stop.is_cancelled() {
+        let ids = publish(env, tenant, 1, i).await;
+        at.insert(ids[0].clone(), std::time::Instant::now());
+        i += 1;
+        tokio::time::sleep(every).await;
+    }
+    at
+}
+
+/// The longest commit-to-arrival latency of the events published in the second after
+/// `from`: how long a fault at `from` held events up.
+fn stall_after(
+    published: &std::collections::HashMap<String, std::time::Instant>,
+    receiver: &Receiver,
+    from: std::time::Instant,
+) -> Duration {
+    let got = receiver.received();
+    published
+        .iter()
+        .filter(|(_, t)| **t >= from && **t < from + Duration::from_secs(1))
+        .map(|(id, published)| {
+            got.iter()
+                .filter(|r| &r.webhook_id == id)
+                .map(|r| r.at)
+                .min()
+                .map_or(Duration::MAX, |arrived| {
+                    arrived.saturating_duration_since(*published)
+                })
+        })
+        .max()
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_dispatchers_partitions_resume_within_7_s_and_a_stopped_one_hands_over_within_1_s() {
+    let env = TestEnv::new(6).await.unwrap();
+    let tenant = env.tenant("t").await.unwrap();
+    let receiver = Receiver::start(Behaviour::Ok).await;
+    endpoint(&env, tenant, &receiver, 200).await;
+    let relay = start_relay(&env);
+    let a = spawn_dispatcher(&env, "dispatcher-a", 1_000);
+    let b = spawn_dispatcher(&env, "dispatcher-b", 1_000);
+    let stop = CancellationToken::new();
+    let publishing = {
+        let (env_ref, stop) = (&env, stop.clone());
+        async move { publish_steadily(env_ref, tenant, Duration::from_millis(20), stop).await }
+    };
+    let timeline = async {
+        // Both members settle, then one is SIGKILLed mid-stream.
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        let killed_at = std::time::Instant::now();
+        b.kill9().await;
+        tokio::time::sleep(Duration::from_secs(12)).await;
+        // A new member joins, settles, and is stopped with SIGTERM.
+        let c = spawn_dispatcher(&env, "dispatcher-c", 1_000);
+        tokio::time::sleep(Duration::from_secs(12)).await;
+        let stopped_at = std::time::Instant::now();
+        let code = c.terminate().await;
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        stop.cancel();
+        (killed_at, stopped_at, code)
+    };
+    let (published, (killed_at, stopped_at, code)) = tokio::join!(publishing, timeline);
+    assert_eq!(code, Some(0), "c exits cleanly");
+    let want: HashSet<String> = published.keys().cloned().collect();
+    assert!(
+        eventually(Duration::from_secs(60), || async {
+            receiver.distinct().0.is_superset(&want)
+        })
+        .await,
+        "every event delivered"
+    );
+    let after_kill = stall_after(&published, &receiver, killed_at);
+    let after_stop = stall_after(&published, &receiver, stopped_at);
+    println!("resumed {after_kill:?} after the SIGKILL; handed over {after_stop:?} after the SIGTERM");
+    assert!(
+        after_kill <= Duration::from_secs(7),
+        "a killed member's partitions resumed after {after_kill:?}"
+    );
+    assert!(
+        after_stop <= Duration::from_secs(1),
+        "a stopped member handed over after {after_stop:?}"
     );
     assert_eq!(a.terminate().await, Some(0));
     relay.cancel();
