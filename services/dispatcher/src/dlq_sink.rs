@@ -146,16 +146,14 @@ impl Handler for DlqSink {
         })
     }
 
-    fn run(self: Arc<Self>, work: SinkWork) -> impl std::future::Future<Output = Result<Done, Fatal>> + Send {
-        async move {
-            Ok(
-                if store(&self.pool, &self.metrics, work.row, &work.payload, &self.shutdown).await {
-                    Done::Finished
-                } else {
-                    Done::Unfinished
-                },
-            )
-        }
+    async fn run(self: Arc<Self>, work: SinkWork) -> Result<Done, Fatal> {
+        Ok(
+            if store(&self.pool, &self.metrics, work.row, &work.payload, &self.shutdown).await {
+                Done::Finished
+            } else {
+                Done::Unfinished
+            },
+        )
     }
 }
 

@@ -35,16 +35,11 @@ impl Handler for EventsRole {
         })
     }
 
-    fn run(
-        self: Arc<Self>,
-        work: EventWork,
-    ) -> impl std::future::Future<Output = Result<Done, Fatal>> + Send {
-        async move {
-            self.ctx.metrics.in_flight.inc();
-            let result = process(&self.ctx, work).await;
-            self.ctx.metrics.in_flight.dec();
-            done(result)
-        }
+    async fn run(self: Arc<Self>, work: EventWork) -> Result<Done, Fatal> {
+        self.ctx.metrics.in_flight.inc();
+        let result = process(&self.ctx, work).await;
+        self.ctx.metrics.in_flight.dec();
+        done(result)
     }
 }
 

@@ -183,7 +183,7 @@ impl RetryRole {
 
 pub(crate) enum RetryWork {
     Task {
-        task: DeliveryTask,
+        task: Box<DeliveryTask>,
         /// Where the tier record is.
         position: SourcePosition,
         /// When to look at it again: its hop, or its due time if sooner.
@@ -242,7 +242,7 @@ impl Handler for RetryRole {
         let hop_ms = appended.saturating_add(i64::try_from(delay).unwrap_or(i64::MAX));
         let wake_ms = hop_ms.min(task.due_at_ms);
         let work = RetryWork::Task {
-            task,
+            task: Box::new(task),
             position,
             wake_ms,
         };
@@ -257,11 +257,8 @@ impl Handler for RetryRole {
         }
     }
 
-    fn run(
-        self: Arc<Self>,
-        work: RetryWork,
-    ) -> impl std::future::Future<Output = Result<Done, Fatal>> + Send {
-        async move { done(self.handle(work).await) }
+    async fn run(self: Arc<Self>, work: RetryWork) -> Result<Done, Fatal> {
+        done(self.handle(work).await)
     }
 }
 
@@ -288,7 +285,7 @@ impl RetryRole {
                 task,
                 position,
                 wake_ms,
-            } => (task, position, wake_ms),
+            } => (*task, position, wake_ms),
         };
         if !self.sleep_until(wake_ms).await {
             return Ok(false);
