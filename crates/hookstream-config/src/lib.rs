@@ -9,6 +9,7 @@
 
 #![forbid(unsafe_code)]
 
+mod database;
 mod kafka;
 mod retry;
 mod secrets;
@@ -20,6 +21,7 @@ use figment::{Figment, Provider};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
+pub use database::DatabaseConfig;
 pub use kafka::{KafkaConfig, TopicSettings, TopicsConfig, PROTECTED_CLIENT_KEYS};
 pub use retry::{human_delay, RetryConfig, Tier, HOPS_PER_DELAY, RETRY_AFTER_CAP_LIMIT_MS};
 pub use secrets::SecretsConfig;
@@ -127,26 +129,6 @@ fn env_provider(own: Vec<String>) -> Env {
         .split("__")
 }
 
-/// Where the PostgreSQL database is.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields, default)]
-pub struct DatabaseConfig {
-    pub url: String,
-    pub max_connections: u32,
-    /// Run the embedded migrations at start-up (safe with several instances: sqlx takes a lock).
-    pub migrate_on_start: bool,
-}
-
-impl Default for DatabaseConfig {
-    fn default() -> Self {
-        Self {
-            url: "postgres://postgres@127.0.0.1:5432/hookstream".into(),
-            max_connections: 10,
-            migrate_on_start: true,
-        }
-    }
-}
-
 /// Logs, and the HTTP listener for `/metrics` and `/healthz`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields, default)]
@@ -166,20 +148,6 @@ impl Default for TelemetryConfig {
             log_format: "text".into(),
             log_level: "info".into(),
         }
-    }
-}
-
-impl Validate for DatabaseConfig {
-    fn validate(&self) -> Result<(), ConfigError> {
-        if !(self.url.starts_with("postgres://") || self.url.starts_with("postgresql://")) {
-            return Err(ConfigError::new(
-                "database.url must be a postgres:// or postgresql:// URL",
-            ));
-        }
-        if self.max_connections == 0 {
-            return Err(ConfigError::new("database.max_connections must be at least 1"));
-        }
-        Ok(())
     }
 }
 

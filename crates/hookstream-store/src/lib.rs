@@ -18,7 +18,7 @@ pub mod wakeup;
 use std::time::Duration;
 
 use hookstream_config::DatabaseConfig;
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgSslMode};
 use sqlx::{Connection, PgConnection, PgPool};
 
 pub use filter::EventFilter;
@@ -37,6 +37,8 @@ pub enum StoreError {
     Migrate(#[from] sqlx::migrate::MigrateError),
     #[error(transparent)]
     Seal(#[from] sealing::SealError),
+    #[error("{0}")]
+    Connect(String),
 }
 
 impl StoreError {
@@ -53,25 +55,60 @@ impl StoreError {
     }
 }
 
-/// Opens a connection pool.
-pub async fn connect(cfg: &DatabaseConfig) -> Result<PgPool, StoreError> {
-    let options: PgConnectOptions = cfg
+/// How to connect, from the `[database]` section: the URL, then TLS (`ssl_mode` and the
+/// certificate files override what the URL says) and the statement timeout.
+pub fn connect_options(cfg: &DatabaseConfig) -> Result<PgConnectOptions, StoreError> {
+    let mut options: PgConnectOptions = cfg
         .url
         .parse()
-        .map_err(|e| StoreError::Invalid(format!("bad database url: {e}")))?;
-    let options = options.application_name("hookstream");
-    // One direct connection first: a pool hides why it cannot connect behind a timeout.
-    PgConnection::connect_with(&options).await?.close().await?;
+        .map_err(|e| StoreError::Invalid(format!("bad database.url ({}): {e}", cfg.redacted_url())))?;
+    options = options.application_name("hookstream");
+    if let Some(mode) = &cfg.ssl_mode {
+        let mode: PgSslMode = mode
+            .parse()
+            .map_err(|_| StoreError::Invalid(format!("bad database.ssl_mode {mode:?}")))?;
+        options = options.ssl_mode(mode);
+    }
+    if let Some(ca) = &cfg.ssl_root_cert {
+        options = options.ssl_root_cert(ca);
+    }
+    if let (Some(cert), Some(key)) = (&cfg.ssl_client_cert, &cfg.ssl_client_key) {
+        options = options.ssl_client_cert(cert).ssl_client_key(key);
+    }
+    if cfg.statement_timeout_ms > 0 {
+        options = options.options([("statement_timeout", cfg.statement_timeout_ms.to_string())]);
+    }
+    Ok(options)
+}
+
+/// Opens a connection pool. One direct connection is made first, so that a wrong password,
+/// an unreachable host or a TLS failure is reported as what it is, not as a pool timeout.
+pub async fn connect(cfg: &DatabaseConfig) -> Result<PgPool, StoreError> {
+    let options = connect_options(cfg)?;
+    PgConnection::connect_with(&options)
+        .await
+        .map_err(|e| StoreError::Connect(format!("cannot connect to {}: {e}", cfg.redacted_url())))?
+        .close()
+        .await?;
     let pool = PgPoolOptions::new()
         .max_connections(cfg.max_connections)
-        .acquire_timeout(Duration::from_secs(10))
+        .acquire_timeout(Duration::from_millis(cfg.acquire_timeout_ms))
         .connect_with(options)
         .await?;
     Ok(pool)
 }
 
-/// Applies the embedded migrations (idempotent; concurrent callers serialise on a lock).
+/// Applies the embedded migrations (idempotent; concurrent callers serialise on a lock). They
+/// run on a connection of their own without the statement timeout: building an index on a
+/// large table may take longer.
 pub async fn migrate(pool: &PgPool) -> Result<(), StoreError> {
-    sqlx::migrate!("./migrations").run(pool).await?;
+    let mut conn = pool.acquire().await?;
+    sqlx::query("SET statement_timeout = 0")
+        .execute(&mut *conn)
+        .await?;
+    let result = sqlx::migrate!("./migrations").run_direct(&mut *conn).await;
+    // Back to the pool with the session's usual timeout.
+    let _ = sqlx::query("RESET statement_timeout").execute(&mut *conn).await;
+    result?;
     Ok(())
 }

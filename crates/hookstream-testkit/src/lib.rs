@@ -67,6 +67,7 @@ impl TestEnv {
             url: url.to_string(),
             max_connections: 10,
             migrate_on_start: false,
+            ..Default::default()
         };
         let pool = hookstream_store::connect(&database).await?;
         hookstream_store::migrate(&pool).await?;

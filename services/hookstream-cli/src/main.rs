@@ -305,7 +305,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         command => {
             let pool = hookstream_store::connect(&cfg.database)
                 .await
-                .with_context(|| format!("connecting to {}", redact(&cfg.database.url)))?;
+                .with_context(|| format!("connecting to {}", cfg.database.redacted_url()))?;
             match command {
                 Command::Dlq(cmd) => dlq::run(cmd, &pool, &cfg.kafka, &cfg.retry).await,
                 Command::Event(EventCmd::Resend(a)) => dlq::resend(a, &pool, &cfg.kafka, &cfg.retry).await,
@@ -494,16 +494,5 @@ async fn resolve_tenant(pool: &PgPool, text: &str) -> anyhow::Result<Uuid> {
     match tenants::find_by_name(pool, text).await? {
         Some(t) => Ok(t.id),
         None => bail!("unknown tenant {text:?}"),
-    }
-}
-
-/// Hides a password in a URL before printing it.
-fn redact(url: &str) -> String {
-    match url::Url::parse(url) {
-        Ok(mut u) if u.password().is_some() => {
-            let _ = u.set_password(Some("***"));
-            u.to_string()
-        }
-        _ => url.to_string(),
     }
 }

@@ -188,7 +188,8 @@ impl Relay {
     /// connection closes. Extra shards are released between batches, never during one.
     async fn rebalance(&mut self) -> Result<(), RelayError> {
         if self.owner.is_none() {
-            let mut conn = PgConnection::connect(&self.cfg.database.url).await?;
+            let mut conn =
+                PgConnection::connect_with(&hookstream_store::connect_options(&self.cfg.database)?).await?;
             sqlx::query("SELECT pg_advisory_lock_shared($1, 0)")
                 .bind(MEMBERS_LOCK_NAMESPACE)
                 .execute(&mut conn)
