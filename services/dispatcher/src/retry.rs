@@ -47,9 +47,22 @@ pub fn next_delay(
         ms = ms.max(cfg.min_throttled_delay_ms);
     }
     if let Some(ra) = outcome.retry_after {
-        ms = ms.max((ra.as_millis() as u64).min(cfg.max_retry_after_ms));
+        // Saturating: `as u64` wrapped a huge `Retry-After` to a short delay.
+        ms = ms.max(
+            u64::try_from(ra.as_millis())
+                .unwrap_or(u64::MAX)
+                .min(cfg.max_retry_after_ms),
+        );
     }
     Some(Duration::from_millis(ms))
+}
+
+/// The due time of a retry `delay` after `now_ms`, saturating (a delay past `i64::MAX` ms is
+/// never due, rather than wrapping into the past).
+pub fn due_at_ms(now_ms: i64, delay: Duration) -> i64 {
+    // +1: `now_ms` truncates, and a due time must never fall short of the delay.
+    let delay_ms = i64::try_from(delay.as_millis()).unwrap_or(i64::MAX);
+    now_ms.saturating_add(delay_ms).saturating_add(1)
 }
 
 /// Hands a failed delivery to the tier that fits its delay; true once Kafka acknowledged it.
@@ -69,8 +82,7 @@ pub(crate) async fn schedule(
         event: Some(event.clone()),
         endpoint_id: endpoint_id.to_string(),
         attempt: failed_attempt,
-        // +1: `now_ms` truncates, and a due time must never fall short of the delay.
-        due_at_ms: now_ms() + delay.as_millis() as i64 + 1,
+        due_at_ms: due_at_ms(now_ms(), delay),
         first_attempt_at_ms,
         origin: Some(origin.clone()),
         last_status: outcome.status.map(i32::from).unwrap_or(0),
@@ -109,7 +121,7 @@ pub(crate) async fn defer(
 /// Produces `task` to the tier that fits its due time, retrying until Kafka acknowledges it
 /// (true) or the dispatcher shuts down (false: the caller's offset stays unstored).
 async fn hand_on(shared: &Shared, task: &DeliveryTask) -> bool {
-    let delay_ms = (task.due_at_ms - now_ms()).max(0) as u64;
+    let delay_ms = task.due_at_ms.saturating_sub(now_ms()).max(0) as u64;
     let topic = shared.retry.tier_for(delay_ms);
     let bytes = task.encode_to_vec();
     loop {
@@ -230,14 +242,14 @@ pub(crate) async fn run_role(
         tasks.spawn(async move {
             let _permit = permit;
             // Records due within PACE_HORIZON_MS are taken up early and wait here.
-            let early = task.due_at_ms - now_ms();
+            let early = task.due_at_ms.saturating_sub(now_ms());
             if early > 0 {
                 tokio::select! {
                     _ = tokio::time::sleep(Duration::from_millis(early as u64)) => {}
                     _ = shared.shutdown.cancelled() => return,
                 }
             }
-            let late = (now_ms() - task.due_at_ms).max(0) as f64 / 1000.0;
+            let late = now_ms().saturating_sub(task.due_at_ms).max(0) as f64 / 1000.0;
             shared.metrics.retry_lateness.observe(late);
             if deliver_task(&shared, task, &origin).await {
                 let _ = done_tx.send(ticket);
@@ -252,7 +264,7 @@ pub(crate) async fn run_role(
             .values()
             .map(|h| h.task.due_at_ms)
             .min();
-        let wait = next_due.map(|due| Duration::from_millis((due - now_ms()).max(0) as u64));
+        let wait = next_due.map(|due| Duration::from_millis(due.saturating_sub(now_ms()).max(0) as u64));
         tokio::select! {
             biased;
             _ = shutdown.cancelled() => break,
@@ -322,7 +334,7 @@ pub(crate) async fn run_role(
                 // A short wait (a paced replay, a deferral spaced at an endpoint's rate) is
                 // slept in its task rather than held with a pause: every resume costs a fetch,
                 // which would cap a partition at a few messages per second.
-                if task.due_at_ms - now_ms() > crate::replay::PACE_HORIZON_MS {
+                if task.due_at_ms.saturating_sub(now_ms()) > crate::replay::PACE_HORIZON_MS {
                     // Hold the head of this partition until it is due; keep polling the others.
                     let mut tpl = TopicPartitionList::new();
                     tpl.add_partition(msg.topic(), msg.partition());
@@ -444,5 +456,32 @@ mod tests {
             Some(Duration::from_secs(86_400)),
             "Retry-After is clamped"
         );
+    }
+
+    // `Retry-After: 18446744073709552` (seconds) is 18446744073709552000 ms, which `as u64`
+    // wrapped to 384 ms, so the header was ignored instead of clamped (the `retry_after`
+    // fuzz target's property; `fuzz/regressions/retry_after/` keeps the input).
+    #[test]
+    fn a_huge_retry_after_is_clamped_not_wrapped() {
+        let cfg = RetryConfig {
+            jitter: 0.0,
+            ..Default::default()
+        };
+        let huge = outcome(ErrorClass::Http5xx, Some(18_446_744_073_709_552));
+        assert_eq!(next_delay(&cfg, 1, &huge, 0.0), Some(Duration::from_secs(86_400)));
+        let mut unclamped = cfg.clone();
+        unclamped.max_retry_after_ms = u64::MAX;
+        assert_eq!(
+            next_delay(&unclamped, 1, &huge, 0.0),
+            Some(Duration::from_millis(u64::MAX))
+        );
+    }
+
+    #[test]
+    fn due_times_saturate_instead_of_wrapping_into_the_past() {
+        assert_eq!(due_at_ms(1_000, Duration::from_millis(5)), 1_006);
+        assert_eq!(due_at_ms(1_000, Duration::from_millis(u64::MAX)), i64::MAX);
+        assert_eq!(due_at_ms(i64::MAX - 1, Duration::from_millis(10)), i64::MAX);
+        assert_eq!(due_at_ms(i64::MIN, Duration::ZERO), i64::MIN + 1);
     }
 }
