@@ -6,6 +6,7 @@
 #   FUZZ_SECONDS=300        time per target
 #   FUZZ_TARGETS="a b"      a subset (default: every target in fuzz/fuzz_targets/)
 #   FUZZ_RUNS=N             stop a target after N executions instead (-runs=N), time still caps it
+#   FUZZ_ARGS="-max_len=256"  extra libFuzzer options for every target
 #   FUZZ_SANITIZER=none     none | address (ASan halves the speed; our code forbids unsafe)
 #   FUZZ_WORK=DIR           where new corpus entries and logs go (default
 #                           ~/.cache/hookstream/fuzz); fuzz/corpus/<target>/ is only read
@@ -55,6 +56,8 @@ for t in "${targets[@]}"; do
   [[ -d "$REPO_ROOT/fuzz/regressions/$t" ]] && seeds+=("$REPO_ROOT/fuzz/regressions/$t")
   args=(-max_total_time="$FUZZ_SECONDS" -print_final_stats=1 -artifact_prefix="$artifacts/")
   [[ -n "${FUZZ_RUNS:-}" ]] && args+=(-runs="$FUZZ_RUNS")
+  # shellcheck disable=SC2206 # FUZZ_ARGS is a list of options
+  [[ -n "${FUZZ_ARGS:-}" ]] && args+=($FUZZ_ARGS)
   [[ -f "$REPO_ROOT/fuzz/dict/$t.dict" ]] && args+=(-dict="$REPO_ROOT/fuzz/dict/$t.dict")
   logfile="$FUZZ_WORK/$t.log"
   log "$t: ${FUZZ_SECONDS}s, log $logfile"
