@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
-.PHONY: help up down status logs test bench lint fmt infra
+.PHONY: help up down status logs test bench lint fmt infra fuzz
 
 help: ## Show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -24,6 +24,9 @@ infra: ## Start only PostgreSQL and Kafka
 
 test: ## Run every test against real PostgreSQL and Kafka (started if needed)
 	@bash scripts/test.sh
+
+fuzz: ## Every fuzz target for FUZZ_SECONDS (300) each on nightly; non-zero on a crash
+	@bash scripts/fuzz.sh
 
 bench: ## Every published load scenario, 3 runs each (~50 min; needs the machine to itself)
 	@bash loadtest/publish.sh

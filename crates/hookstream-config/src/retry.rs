@@ -180,8 +180,11 @@ impl Validate for RetryConfig {
                 self.partitions
             ));
         }
-        if self.max_waiting == 0 {
-            return err("retry.max_waiting must be at least 1".into());
+        if self.max_waiting == 0 || self.max_waiting > 10_000_000 {
+            return err(format!(
+                "retry.max_waiting must be between 1 and 10000000, not {}",
+                self.max_waiting
+            ));
         }
         if !self.enabled {
             return Ok(());

@@ -140,7 +140,10 @@ pub fn verify(
         .trim()
         .parse()
         .map_err(|_| VerifyError::BadHeader(HEADER_TIMESTAMP))?;
-    if (now_unix - ts).abs() > tolerance_secs {
+    // `abs_diff` cannot overflow, whatever the header says (`(now - ts).abs()` did for
+    // timestamps near `i64::MIN`/`i64::MAX`); a negative tolerance accepts nothing.
+    let within = u64::try_from(tolerance_secs).is_ok_and(|tol| now_unix.abs_diff(ts) <= tol);
+    if !within {
         return Err(VerifyError::StaleTimestamp);
     }
     let mut saw_v1 = false;
@@ -237,6 +240,44 @@ mod tests {
         assert_eq!(
             verify(&s, "id", "1000", "v2,abc", b"{\"a\":1}", 1000, 300),
             Err(VerifyError::BadHeader(HEADER_SIGNATURE))
+        );
+    }
+
+    // `(now - ts).abs()` overflowed (a panic in debug builds, a wrong answer in release) for
+    // timestamps at the ends of `i64`; `fuzz/regressions/signature/` keeps the input.
+    #[test]
+    fn extreme_timestamps_are_stale_not_a_panic() {
+        let s = Secret::generate();
+        let min = i64::MIN.to_string();
+        let max = i64::MAX.to_string();
+        for (ts, now) in [
+            (min.as_str(), 1_700_000_000),
+            (max.as_str(), -1),
+            (min.as_str(), i64::MAX),
+            (max.as_str(), i64::MIN),
+            ("-9223372036854775808", 0),
+        ] {
+            assert_eq!(
+                verify(&s, "id", ts, "v1,AAAA", b"{}", now, DEFAULT_TOLERANCE_SECS),
+                Err(VerifyError::StaleTimestamp),
+                "ts {ts}, now {now}"
+            );
+        }
+        assert_eq!(
+            verify(&s, "id", "99999999999999999999", "v1,AAAA", b"{}", 0, 300),
+            Err(VerifyError::BadHeader(HEADER_TIMESTAMP)),
+            "beyond i64 is malformed"
+        );
+        // The extremes themselves still verify when they are within tolerance.
+        let header = signature_header([&s], "id", i64::MIN, b"{}");
+        verify(&s, "id", &min, &header, b"{}", i64::MIN, 0).unwrap();
+        let header = signature_header([&s], "id", i64::MAX, b"{}");
+        verify(&s, "id", &max, &header, b"{}", i64::MAX - 300, 300).unwrap();
+        // A negative tolerance accepts nothing.
+        let header = signature_header([&s], "id", 10, b"{}");
+        assert_eq!(
+            verify(&s, "id", "10", &header, b"{}", 10, -1),
+            Err(VerifyError::StaleTimestamp)
         );
     }
 

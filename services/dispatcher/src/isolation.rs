@@ -102,8 +102,28 @@ impl IsolationSettings {
         if self.cooldown_ms == 0 || self.max_cooldown_ms < self.cooldown_ms {
             return Err("dispatcher.isolation: need 0 < cooldown_ms <= max_cooldown_ms".into());
         }
-        if self.rate_limit_burst_s.is_nan() || self.rate_limit_burst_s <= 0.0 {
-            return Err("dispatcher.isolation.rate_limit_burst_s must be positive".into());
+        if self.rate_limit_burst_s.is_nan()
+            || self.rate_limit_burst_s <= 0.0
+            || self.rate_limit_burst_s > 3600.0
+        {
+            return Err("dispatcher.isolation.rate_limit_burst_s must be positive, at most 3600".into());
+        }
+        // Durations are added to clocks: keep them where no addition can overflow.
+        const DAY_MS: u64 = 86_400_000;
+        for (key, value) in [
+            ("window_ms", self.window_ms),
+            ("cooldown_ms", self.cooldown_ms),
+            ("max_cooldown_ms", self.max_cooldown_ms),
+            ("busy_wait_ms", self.busy_wait_ms),
+            ("rate_wait_ms", self.rate_wait_ms),
+            ("busy_defer_ms", self.busy_defer_ms),
+            ("idle_evict_ms", self.idle_evict_ms),
+        ] {
+            if value > DAY_MS {
+                return Err(format!(
+                    "dispatcher.isolation.{key} must be at most {DAY_MS} (a day), not {value}"
+                ));
+            }
         }
         Ok(())
     }

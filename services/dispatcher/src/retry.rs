@@ -61,6 +61,14 @@ pub fn next_delay(
     Some(Duration::from_millis(ms))
 }
 
+/// The due time of a retry `delay` after `now_ms`, saturating (a delay past `i64::MAX` ms is
+/// never due, rather than wrapping into the past). +1: `now_ms` truncates, and a due time
+/// must never fall short of the delay.
+pub fn due_at_ms(now_ms: i64, delay: Duration) -> i64 {
+    let delay_ms = i64::try_from(delay.as_millis()).unwrap_or(i64::MAX);
+    now_ms.saturating_add(delay_ms).saturating_add(1)
+}
+
 /// The retry record for a failed attempt, or `None` when the schedule is exhausted.
 pub(crate) fn after_failure(
     cfg: &RetryConfig,
@@ -73,13 +81,11 @@ pub(crate) fn after_failure(
 ) -> Option<DeliveryTask> {
     let spread = rand::thread_rng().gen_range(-1.0..=1.0);
     let delay = next_delay(cfg, failed_attempt, outcome, spread)?;
-    let delay_ms = i64::try_from(delay.as_millis()).unwrap_or(i64::MAX);
     Some(DeliveryTask {
         event: Some(event.clone()),
         endpoint_id: endpoint_id.to_string(),
         attempt: failed_attempt,
-        // +1: `now_ms` truncates, and a due time must never fall short of the delay.
-        due_at_ms: now_ms().saturating_add(delay_ms).saturating_add(1),
+        due_at_ms: due_at_ms(now_ms(), delay),
         first_attempt_at_ms,
         origin: Some(origin.clone()),
         last_status: outcome.status.map(i32::from).unwrap_or(0),
@@ -445,6 +451,41 @@ mod tests {
             secs(86_400),
             "even an absurd one, without overflow"
         );
+    }
+
+    // `Retry-After: 18446744073709552` (seconds) is 18446744073709552000 ms, which `as u64`
+    // wrapped to 384 ms, so the header was ignored instead of clamped (found by the
+    // `retry_after` fuzz target's property; `fuzz/regressions/retry_after/` keeps the input).
+    #[test]
+    fn a_huge_retry_after_is_clamped_not_wrapped() {
+        let cfg = RetryConfig {
+            jitter: 0.0,
+            ..Default::default()
+        };
+        let huge = outcome(
+            ErrorClass::Http5xx,
+            Some(Duration::from_secs(18_446_744_073_709_552)),
+        );
+        assert_eq!(next_delay(&cfg, 1, &huge, 0.0), Some(Duration::from_secs(86_400)));
+        let unclamped = RetryConfig {
+            max_retry_after_ms: u64::MAX,
+            ..cfg
+        };
+        assert_eq!(
+            next_delay(&unclamped, 1, &huge, 0.0),
+            Some(Duration::from_millis(
+                36_000_000 * hookstream_config::HOPS_PER_DELAY
+            )),
+            "still 1,000 times the longest tier at most"
+        );
+    }
+
+    #[test]
+    fn due_times_saturate_instead_of_wrapping_into_the_past() {
+        assert_eq!(due_at_ms(1_000, Duration::from_millis(5)), 1_006);
+        assert_eq!(due_at_ms(1_000, Duration::from_millis(u64::MAX)), i64::MAX);
+        assert_eq!(due_at_ms(i64::MAX - 1, Duration::from_millis(10)), i64::MAX);
+        assert_eq!(due_at_ms(i64::MIN, Duration::ZERO), i64::MIN + 1);
     }
 
     #[test]
