@@ -3,6 +3,7 @@
 //! rest on).
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
@@ -103,9 +104,172 @@ pub struct KafkaConfig {
     pub topic_settings: TopicSettings,
     /// Consumer group of the dispatcher on the events topic.
     pub group_id: String,
-    /// Extra librdkafka properties (e.g. `security.protocol`), applied last; the safety
-    /// settings in `PROTECTED_CLIENT_KEYS` are refused.
+    /// TLS and SASL, by name.
+    pub security: KafkaSecurity,
+    /// Extra librdkafka properties, applied last; the safety settings in
+    /// `PROTECTED_CLIENT_KEYS`, and keys `security` already sets, are refused.
     pub client: BTreeMap<String, String>,
+}
+
+/// SASL mechanisms librdkafka speaks that Hookstream is built for.
+pub const SASL_MECHANISMS: &[&str] = &["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"];
+/// `security.protocol` values.
+pub const SECURITY_PROTOCOLS: &[&str] = &["plaintext", "ssl", "sasl_plaintext", "sasl_ssl"];
+
+/// How clients encrypt and authenticate: TLS (a CA, mutual TLS), SASL PLAIN, SCRAM-SHA-256/512,
+/// or OAUTHBEARER with OIDC client credentials. Everything else goes through `kafka.client`.
+/// Passwords and secrets never appear in `Debug` output or messages.
+#[derive(Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct KafkaSecurity {
+    /// `plaintext`, `ssl`, `sasl_plaintext` or `sasl_ssl`.
+    pub protocol: String,
+    /// CA certificate(s) (PEM) the brokers' certificates must chain to; unset: the system's.
+    pub ca_file: Option<PathBuf>,
+    /// Client certificate and key (PEM), for mutual TLS.
+    pub cert_file: Option<PathBuf>,
+    pub key_file: Option<PathBuf>,
+    pub key_password: Option<String>,
+    /// Check that a broker's certificate names the host it was reached by.
+    pub verify_hostname: bool,
+    /// `PLAIN`, `SCRAM-SHA-256`, `SCRAM-SHA-512` or `OAUTHBEARER`.
+    pub sasl_mechanism: Option<String>,
+    pub sasl_username: Option<String>,
+    pub sasl_password: Option<String>,
+    /// A file holding the SASL password (a mounted secret), read at start when
+    /// `sasl_password` is unset.
+    pub sasl_password_file: Option<PathBuf>,
+    /// OAUTHBEARER (OIDC client credentials): the token endpoint, client id, client secret
+    /// (or a file holding it) and scope.
+    pub oauth_token_endpoint: Option<String>,
+    pub oauth_client_id: Option<String>,
+    pub oauth_client_secret: Option<String>,
+    pub oauth_client_secret_file: Option<PathBuf>,
+    pub oauth_scope: Option<String>,
+}
+
+impl Default for KafkaSecurity {
+    fn default() -> Self {
+        Self {
+            protocol: "plaintext".into(),
+            ca_file: None,
+            cert_file: None,
+            key_file: None,
+            key_password: None,
+            verify_hostname: true,
+            sasl_mechanism: None,
+            sasl_username: None,
+            sasl_password: None,
+            sasl_password_file: None,
+            oauth_token_endpoint: None,
+            oauth_client_id: None,
+            oauth_client_secret: None,
+            oauth_client_secret_file: None,
+            oauth_scope: None,
+        }
+    }
+}
+
+impl std::fmt::Debug for KafkaSecurity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let hidden = |v: &Option<String>| v.as_ref().map(|_| "<redacted>");
+        f.debug_struct("KafkaSecurity")
+            .field("protocol", &self.protocol)
+            .field("ca_file", &self.ca_file)
+            .field("cert_file", &self.cert_file)
+            .field("key_file", &self.key_file)
+            .field("key_password", &hidden(&self.key_password))
+            .field("verify_hostname", &self.verify_hostname)
+            .field("sasl_mechanism", &self.sasl_mechanism)
+            .field("sasl_username", &self.sasl_username)
+            .field("sasl_password", &hidden(&self.sasl_password))
+            .field("sasl_password_file", &self.sasl_password_file)
+            .field("oauth_token_endpoint", &self.oauth_token_endpoint)
+            .field("oauth_client_id", &self.oauth_client_id)
+            .field("oauth_client_secret", &hidden(&self.oauth_client_secret))
+            .field("oauth_client_secret_file", &self.oauth_client_secret_file)
+            .field("oauth_scope", &self.oauth_scope)
+            .finish()
+    }
+}
+
+fn read_secret(key: &str, path: &PathBuf) -> Result<String, ConfigError> {
+    std::fs::read_to_string(path)
+        .map(|s| s.trim_end_matches(['\n', '\r']).to_string())
+        .map_err(|e| ConfigError::new(format!("{key}: cannot read {}: {e}", path.display())))
+}
+
+impl KafkaSecurity {
+    fn uses_tls(&self) -> bool {
+        matches!(self.protocol.as_str(), "ssl" | "sasl_ssl")
+    }
+
+    fn uses_sasl(&self) -> bool {
+        matches!(self.protocol.as_str(), "sasl_plaintext" | "sasl_ssl")
+    }
+
+    /// The librdkafka properties these settings mean (secret files read now). None when the
+    /// section is left at its defaults (then `kafka.client` may set security the raw way).
+    pub fn client_properties(&self) -> Result<Vec<(&'static str, String)>, ConfigError> {
+        if *self == Self::default() {
+            return Ok(Vec::new());
+        }
+        let mut props = vec![("security.protocol", self.protocol.clone())];
+        let path = |p: &PathBuf| p.display().to_string();
+        if self.uses_tls() {
+            if let Some(ca) = &self.ca_file {
+                props.push(("ssl.ca.location", path(ca)));
+            }
+            if let (Some(cert), Some(key)) = (&self.cert_file, &self.key_file) {
+                props.push(("ssl.certificate.location", path(cert)));
+                props.push(("ssl.key.location", path(key)));
+            }
+            if let Some(pw) = &self.key_password {
+                props.push(("ssl.key.password", pw.clone()));
+            }
+            props.push((
+                "ssl.endpoint.identification.algorithm",
+                if self.verify_hostname { "https" } else { "none" }.into(),
+            ));
+        }
+        if self.uses_sasl() {
+            let mechanism = self.sasl_mechanism.clone().unwrap_or_default();
+            props.push(("sasl.mechanism", mechanism.clone()));
+            if mechanism == "OAUTHBEARER" {
+                props.push(("sasl.oauthbearer.method", "oidc".into()));
+                if let Some(url) = &self.oauth_token_endpoint {
+                    props.push(("sasl.oauthbearer.token.endpoint.url", url.clone()));
+                }
+                if let Some(id) = &self.oauth_client_id {
+                    props.push(("sasl.oauthbearer.client.id", id.clone()));
+                }
+                let secret = match (&self.oauth_client_secret, &self.oauth_client_secret_file) {
+                    (Some(s), _) => Some(s.clone()),
+                    (None, Some(f)) => Some(read_secret("kafka.security.oauth_client_secret_file", f)?),
+                    (None, None) => None,
+                };
+                if let Some(secret) = secret {
+                    props.push(("sasl.oauthbearer.client.secret", secret));
+                }
+                if let Some(scope) = &self.oauth_scope {
+                    props.push(("sasl.oauthbearer.scope", scope.clone()));
+                }
+            } else {
+                if let Some(user) = &self.sasl_username {
+                    props.push(("sasl.username", user.clone()));
+                }
+                let password = match (&self.sasl_password, &self.sasl_password_file) {
+                    (Some(p), _) => Some(p.clone()),
+                    (None, Some(f)) => Some(read_secret("kafka.security.sasl_password_file", f)?),
+                    (None, None) => None,
+                };
+                if let Some(password) = password {
+                    props.push(("sasl.password", password));
+                }
+            }
+        }
+        Ok(props)
+    }
 }
 
 impl Default for KafkaConfig {
@@ -115,6 +279,7 @@ impl Default for KafkaConfig {
             topics: TopicsConfig::default(),
             topic_settings: TopicSettings::default(),
             group_id: "hookstream-dispatcher".into(),
+            security: KafkaSecurity::default(),
             client: Default::default(),
         }
     }
@@ -136,10 +301,22 @@ impl Validate for KafkaConfig {
                 return err(format!("{name} must not be empty"));
             }
         }
+        self.security.validate()?;
+        let named: Vec<&str> = self
+            .security
+            .client_properties()?
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect();
         for key in self.client.keys() {
             let normalised = key.trim().to_ascii_lowercase();
             if let Some((_, why)) = PROTECTED_CLIENT_KEYS.iter().find(|(k, _)| *k == normalised) {
                 return err(format!("kafka.client.\"{key}\" cannot be overridden: {why}"));
+            }
+            if named.contains(&normalised.as_str()) {
+                return err(format!(
+                    "kafka.client.\"{key}\" is set by kafka.security: set it there, once"
+                ));
             }
         }
         let t = &self.topic_settings;
@@ -170,9 +347,181 @@ impl Validate for KafkaConfig {
     }
 }
 
+impl Validate for KafkaSecurity {
+    fn validate(&self) -> Result<(), ConfigError> {
+        let err = |m: String| Err(ConfigError::new(m));
+        if !SECURITY_PROTOCOLS.contains(&self.protocol.as_str()) {
+            return err(format!(
+                "kafka.security.protocol must be one of {}, not {:?}",
+                SECURITY_PROTOCOLS.join(", "),
+                self.protocol
+            ));
+        }
+        for (key, path) in [
+            ("kafka.security.ca_file", &self.ca_file),
+            ("kafka.security.cert_file", &self.cert_file),
+            ("kafka.security.key_file", &self.key_file),
+            ("kafka.security.sasl_password_file", &self.sasl_password_file),
+            (
+                "kafka.security.oauth_client_secret_file",
+                &self.oauth_client_secret_file,
+            ),
+        ] {
+            if let Some(p) = path {
+                if std::fs::metadata(p).is_err() {
+                    return err(format!("{key}: cannot read {}", p.display()));
+                }
+            }
+        }
+        let tls_set = self.ca_file.is_some() || self.cert_file.is_some() || self.key_password.is_some();
+        if tls_set && !self.uses_tls() {
+            return err(format!(
+                "kafka.security: TLS files are set but protocol is {:?} (use ssl or sasl_ssl)",
+                self.protocol
+            ));
+        }
+        if self.cert_file.is_some() != self.key_file.is_some() {
+            return err("kafka.security.cert_file and kafka.security.key_file go together".into());
+        }
+        let sasl_set = self.sasl_mechanism.is_some()
+            || self.sasl_username.is_some()
+            || self.sasl_password.is_some()
+            || self.sasl_password_file.is_some();
+        if !self.uses_sasl() {
+            if sasl_set {
+                return err(format!(
+                    "kafka.security: SASL settings are set but protocol is {:?} (use sasl_ssl or sasl_plaintext)",
+                    self.protocol
+                ));
+            }
+            return Ok(());
+        }
+        let Some(mechanism) = &self.sasl_mechanism else {
+            return err(format!(
+                "kafka.security.sasl_mechanism is required with protocol {:?}: one of {}",
+                self.protocol,
+                SASL_MECHANISMS.join(", ")
+            ));
+        };
+        if !SASL_MECHANISMS.contains(&mechanism.as_str()) {
+            return err(format!(
+                "kafka.security.sasl_mechanism must be one of {}, not {mechanism:?}",
+                SASL_MECHANISMS.join(", ")
+            ));
+        }
+        if mechanism == "OAUTHBEARER" {
+            if self.oauth_token_endpoint.is_none() || self.oauth_client_id.is_none() {
+                return err(
+                    "kafka.security: OAUTHBEARER needs oauth_token_endpoint and oauth_client_id (OIDC client credentials)"
+                        .into(),
+                );
+            }
+            if self.oauth_client_secret.is_none() && self.oauth_client_secret_file.is_none() {
+                return err(
+                    "kafka.security: OAUTHBEARER needs oauth_client_secret or oauth_client_secret_file"
+                        .into(),
+                );
+            }
+        } else {
+            if self.sasl_username.as_deref().unwrap_or("").is_empty() {
+                return err(format!(
+                    "kafka.security.sasl_username is required with {mechanism}"
+                ));
+            }
+            if self.sasl_password.is_none() && self.sasl_password_file.is_none() {
+                return err(format!(
+                    "kafka.security.sasl_password or sasl_password_file is required with {mechanism}"
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn security_settings_become_librdkafka_properties_and_secrets_stay_hidden() {
+        let dir = std::env::temp_dir().join(format!("hs-kafka-sec-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let ca = dir.join("ca.pem");
+        std::fs::write(&ca, "-----BEGIN CERTIFICATE-----\n").unwrap();
+        let pw = dir.join("password");
+        std::fs::write(&pw, "from-a-file\n").unwrap();
+        let sec = KafkaSecurity {
+            protocol: "sasl_ssl".into(),
+            ca_file: Some(ca.clone()),
+            sasl_mechanism: Some("SCRAM-SHA-512".into()),
+            sasl_username: Some("hookstream".into()),
+            sasl_password_file: Some(pw),
+            ..Default::default()
+        };
+        sec.validate().unwrap();
+        let props: BTreeMap<&str, String> = sec.client_properties().unwrap().into_iter().collect();
+        assert_eq!(props["security.protocol"], "sasl_ssl");
+        assert_eq!(props["ssl.ca.location"], ca.display().to_string());
+        assert_eq!(props["sasl.mechanism"], "SCRAM-SHA-512");
+        assert_eq!(
+            props["sasl.password"], "from-a-file",
+            "read from the file, newline trimmed"
+        );
+        assert_eq!(props["ssl.endpoint.identification.algorithm"], "https");
+        let shown = format!(
+            "{:?}",
+            KafkaSecurity {
+                sasl_password: Some("s3cr3t".into()),
+                ..sec.clone()
+            }
+        );
+        assert!(!shown.contains("s3cr3t"), "{shown}");
+
+        let mut cfg = KafkaConfig {
+            security: sec,
+            ..Default::default()
+        };
+        cfg.validate().unwrap();
+        cfg.client.insert("sasl.username".into(), "other".into());
+        assert!(cfg
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("set by kafka.security"));
+    }
+
+    #[test]
+    fn incomplete_security_settings_are_refused_by_name() {
+        let bad = |s: KafkaSecurity| s.validate().unwrap_err().to_string();
+        assert!(bad(KafkaSecurity {
+            protocol: "SSL".into(),
+            ..Default::default()
+        })
+        .contains("kafka.security.protocol"));
+        assert!(bad(KafkaSecurity {
+            protocol: "sasl_ssl".into(),
+            ..Default::default()
+        })
+        .contains("sasl_mechanism"));
+        assert!(bad(KafkaSecurity {
+            protocol: "sasl_ssl".into(),
+            sasl_mechanism: Some("SCRAM-SHA-256".into()),
+            sasl_username: Some("u".into()),
+            ..Default::default()
+        })
+        .contains("sasl_password"));
+        assert!(bad(KafkaSecurity {
+            sasl_mechanism: Some("PLAIN".into()),
+            ..Default::default()
+        })
+        .contains("protocol is \"plaintext\""));
+        assert!(bad(KafkaSecurity {
+            protocol: "ssl".into(),
+            cert_file: Some("/nope/cert.pem".into()),
+            ..Default::default()
+        })
+        .contains("kafka.security.cert_file"));
+    }
 
     #[test]
     fn safety_overrides_are_refused_by_name() {

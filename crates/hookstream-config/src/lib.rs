@@ -22,7 +22,10 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 pub use database::DatabaseConfig;
-pub use kafka::{KafkaConfig, TopicSettings, TopicsConfig, PROTECTED_CLIENT_KEYS};
+pub use kafka::{
+    KafkaConfig, KafkaSecurity, TopicSettings, TopicsConfig, PROTECTED_CLIENT_KEYS, SASL_MECHANISMS,
+    SECURITY_PROTOCOLS,
+};
 pub use retry::{human_delay, RetryConfig, Tier, HOPS_PER_DELAY, RETRY_AFTER_CAP_LIMIT_MS};
 pub use secrets::SecretsConfig;
 

@@ -7,27 +7,43 @@ use std::time::Duration;
 use hookstream_config::KafkaConfig;
 use rdkafka::config::ClientConfig;
 
-/// Base client configuration: brokers plus the operator's overrides (applied last).
-pub fn client_config(cfg: &KafkaConfig) -> ClientConfig {
+/// The brokers, then `kafka.security`, then the operator's overrides (applied last).
+fn base(cfg: &KafkaConfig) -> ClientConfig {
     let mut c = ClientConfig::new();
     c.set("bootstrap.servers", &cfg.brokers);
+    match cfg.security.client_properties() {
+        Ok(props) => {
+            for (k, v) in props {
+                c.set(k, v);
+            }
+        }
+        // Validated at start; a secret file that vanished since is the operator's to see.
+        Err(e) => tracing::error!(error = %e, "kafka.security cannot be applied"),
+    }
+    c
+}
+
+fn overrides(c: &mut ClientConfig, cfg: &KafkaConfig) {
     for (k, v) in &cfg.client {
         c.set(k, v);
     }
+}
+
+/// Base client configuration: brokers, security, and the operator's overrides (applied last).
+pub fn client_config(cfg: &KafkaConfig) -> ClientConfig {
+    let mut c = base(cfg);
+    overrides(&mut c, cfg);
     c
 }
 
 /// An idempotent producer: acks=all, no reordering or duplicates on internal retries.
 /// A delivery future resolving `Ok` is Kafka's acknowledgement.
 pub fn producer_config(cfg: &KafkaConfig, message_timeout: Duration) -> ClientConfig {
-    let mut c = ClientConfig::new();
-    c.set("bootstrap.servers", &cfg.brokers)
-        .set("compression.type", "lz4")
+    let mut c = base(cfg);
+    c.set("compression.type", "lz4")
         .set("linger.ms", "2")
         .set("message.timeout.ms", message_timeout.as_millis().to_string());
-    for (k, v) in &cfg.client {
-        c.set(k, v);
-    }
+    overrides(&mut c, cfg);
     c.set("enable.idempotence", "true").set("acks", "all");
     c
 }
@@ -37,16 +53,13 @@ pub fn producer_config(cfg: &KafkaConfig, message_timeout: Duration) -> ClientCo
 /// timeout is the broker's least by default (6 s): a member killed without leaving has its
 /// partitions reassigned that soon after its last heartbeat.
 pub fn consumer_config(cfg: &KafkaConfig, group_id: &str) -> ClientConfig {
-    let mut c = ClientConfig::new();
-    c.set("bootstrap.servers", &cfg.brokers)
-        .set("auto.commit.interval.ms", "1000")
+    let mut c = base(cfg);
+    c.set("auto.commit.interval.ms", "1000")
         .set("auto.offset.reset", "earliest")
         .set("session.timeout.ms", "6000")
         .set("heartbeat.interval.ms", "500")
         .set("max.poll.interval.ms", "300000");
-    for (k, v) in &cfg.client {
-        c.set(k, v);
-    }
+    overrides(&mut c, cfg);
     c.set("group.id", group_id)
         .set("enable.auto.commit", "true")
         .set("enable.auto.offset.store", "false")

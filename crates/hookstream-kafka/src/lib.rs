@@ -9,6 +9,7 @@ mod config;
 pub mod consumer;
 pub mod handoff;
 pub mod lag;
+pub mod probe;
 pub mod topics;
 pub mod tracker;
 
@@ -16,6 +17,7 @@ pub use config::{client_config, consumer_config, producer_config};
 pub use consumer::{ConsumerError, ConsumerSettings, Done, Fatal, Handler, Record, Start};
 pub use handoff::{produce_until_acked, HandoffError};
 pub use lag::ConsumerMetrics;
+pub use probe::{probe, ProbeError};
 pub use rdkafka;
 pub use topics::{ensure_topics, TopicError, TopicSpec};
 pub use tracker::OffsetTracker;

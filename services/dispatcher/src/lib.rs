@@ -60,6 +60,8 @@ pub enum DispatchError {
     Config(String),
     #[error(transparent)]
     TaskFailed(#[from] TaskFailed),
+    #[error(transparent)]
+    KafkaUnusable(#[from] hookstream_kafka::ProbeError),
 }
 
 impl ServiceError for DispatchError {
@@ -67,10 +69,14 @@ impl ServiceError for DispatchError {
         match self {
             // Restarting will not help: an operator must change something.
             DispatchError::Config(_) | DispatchError::Topics(TopicError::RetentionTooShort { .. }) => 2,
+            DispatchError::KafkaUnusable(e) if e.is_configuration() => 2,
             _ => 1,
         }
     }
 }
+
+/// How long a service waits for Kafka to answer at start before giving up.
+pub const KAFKA_PROBE_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// Runs the dispatcher's roles until `shutdown` is cancelled (then drains, see
 /// `DispatcherSettings`) or one of its tasks stops unexpectedly (then it drains the others and
@@ -82,6 +88,8 @@ pub async fn run(
     shutdown: CancellationToken,
 ) -> Result<(), DispatchError> {
     let sealer = Sealer::from_config(&cfg.secrets).map_err(|e| DispatchError::Config(e.to_string()))?;
+    // Wrong credentials or an unreachable cluster stop the start here, saying which.
+    hookstream_kafka::probe(&cfg.kafka, KAFKA_PROBE_TIMEOUT).await?;
     let metrics = DispatcherMetrics::register(registry);
     let consumer_metrics = ConsumerMetrics::register(registry);
     let pool = hookstream_store::connect(&cfg.database).await?;

@@ -46,9 +46,19 @@ pub enum RelayError {
     Kafka(#[from] KafkaError),
     #[error(transparent)]
     TaskFailed(#[from] hookstream_telemetry::TaskFailed),
+    #[error(transparent)]
+    KafkaUnusable(#[from] hookstream_kafka::ProbeError),
 }
 
-impl ServiceError for RelayError {}
+impl ServiceError for RelayError {
+    fn exit_code(&self) -> u8 {
+        match self {
+            // Wrong credentials or certificates: an operator must fix them.
+            RelayError::KafkaUnusable(e) if e.is_configuration() => 2,
+            _ => 1,
+        }
+    }
+}
 
 /// Runs the relay until `shutdown` is cancelled (or one of its tasks fails); then finishes
 /// the batch in flight, releases its shards and returns.
@@ -58,6 +68,8 @@ pub async fn run(
     health: Health,
     shutdown: CancellationToken,
 ) -> Result<(), RelayError> {
+    // Wrong credentials or an unreachable cluster stop the start here, saying which.
+    hookstream_kafka::probe(&cfg.kafka, Duration::from_secs(15)).await?;
     let metrics = RelayMetrics::register(registry);
     let pool = hookstream_store::connect(&cfg.database).await?;
     if cfg.database.migrate_on_start {
