@@ -12,11 +12,12 @@
 use std::collections::BTreeMap;
 
 use crate::report::{
-    AfterRecovery, BaselineFigures, BucketQuantiles, ClassFigures, Contract, CrashFigures, CrashSection,
-    Drain, EarlyRetry, FanoutSection, HealthyPhase, Kill, KillsPhase, LadderStep, Latency, Machine,
-    MaxFigures, MaxSection, NoFigures, NoisyFigures, NoisySection, OutageFigures, OutageSection, PhaseExtra,
-    PhaseFigures, QuietRun, Ratios, RecoveryPhase, RelayLatency, RelayReport, RelayUsage, Report, RunReport,
-    ScenarioReport, SteadyFigures, SteadySection, Usage,
+    AfterRecovery, BaselineFigures, BucketQuantiles, ChaosFigures, ChaosLost, ChaosSection, ClassFigures,
+    Contract, Crash, CrashFigures, CrashSection, Drain, EarlyRetry, FanoutSection, FaultRecord,
+    HandoverFigures, HealthyPhase, Kill, KillsPhase, KindFigures, LadderStep, Latency, Machine, MaxFigures,
+    MaxSection, Measures, NoFigures, NoisyFigures, NoisySection, OutageFigures, OutageSection, PhaseExtra,
+    PhaseFigures, ProducerFigures, QuietRun, Ratios, RecoveryPhase, RelayLatency, RelayReport, RelayUsage,
+    Report, RunReport, ScenarioReport, Spread, SteadyFigures, SteadySection, Usage,
 };
 use crate::verdict;
 
@@ -217,6 +218,31 @@ merge_fields! {
         relay_batch_duration_ms, cpu_s, max_rss_mb,
     }
     BucketQuantiles { p50_le_ms, p90_le_ms, p99_le_ms, count }
+    ChaosSection { chaos }
+    ChaosFigures {
+        seed, rate_per_s, topology, fault_every_min_s, fault_every_max_s, db_outage_s, producer,
+        lost, per_kind, unattributed_duplicates, unattributed_examples, crashes, events_role, measures, faults,
+    }
+    ProducerFigures { committed, not_committed, in_doubt }
+    ChaosLost {
+        events_not_shipped, deliveries, rejections_not_dead_lettered, dead_letters_not_stored,
+        dead_letters_stored_twice,
+    }
+    KindFigures {
+        faults, lost, duplicates, duplicate_ceiling, duplicates_max_per_fault, duplicates_in_window,
+        reshipped_events, reshipped_ceiling, resume_ms, resume_measures, first_delivery_ms,
+        retry_late_ms, dead_letter_stored_ms, commits_blocked_ms,
+    }
+    Spread { p50, max, faults }
+    Crash { at_s, process, exit_code, log }
+    HandoverFigures {
+        sigkill_resume_max_ms, sigkill_limit_ms, interleaved_sigkill_resume_max_ms,
+        sigterm_handover_max_ms, sigterm_limit_ms, unclean_exits,
+    }
+    Measures { duplicates, ceilings, resume, lost }
+    FaultRecord {
+        kind, at_s, target, took_ms, resume_ms, duplicates, duplicate_ceiling, reshipped_events,
+    }
 }
 
 impl<F: Merge> Merge for ScenarioReport<F> {
@@ -269,6 +295,7 @@ impl Merge for RunReport {
             RunReport::NoisyNeighbour(_) => by_variant!(runs, RunReport::NoisyNeighbour),
             RunReport::OutageRecovery(_) => by_variant!(runs, RunReport::OutageRecovery),
             RunReport::Crash(_) => by_variant!(runs, RunReport::Crash),
+            RunReport::Chaos(_) => by_variant!(runs, RunReport::Chaos),
         }
     }
 }
