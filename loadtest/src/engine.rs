@@ -408,15 +408,18 @@ pub(crate) fn dispatcher_vars(env: &TestEnv, max_in_flight_events: usize) -> Vec
 
 pub(crate) type SharedLag = Arc<Mutex<Option<i64>>>;
 
-/// Samples the dispatcher group's lag on the events topic every second, on its own thread.
+/// Samples a consumer group's lag on a topic every second, on its own thread (the dispatchers'
+/// on the events topic, say).
 pub(crate) fn lag_sampler(
     env: &TestEnv,
+    group: &str,
+    topic: &str,
     stop: Arc<AtomicBool>,
 ) -> anyhow::Result<(SharedLag, std::thread::JoinHandle<()>)> {
     let mut cfg = hookstream_kafka::client_config(&env.kafka);
-    cfg.set("group.id", &env.kafka.group_id);
+    cfg.set("group.id", group);
     let consumer: BaseConsumer = cfg.create()?;
-    let topic = env.kafka.topics.events.clone();
+    let topic = topic.to_string();
     let partitions = env.partitions;
     let latest = Arc::new(Mutex::new(None));
     let out = latest.clone();
@@ -563,7 +566,12 @@ pub async fn run(plan: &Plan) -> anyhow::Result<Outcome> {
     let stop_lag = Arc::new(AtomicBool::new(false));
     let (lag, lag_thread) = match plan.system {
         System::Hookstream => {
-            let (l, t) = lag_sampler(&env, stop_lag.clone())?;
+            let (l, t) = lag_sampler(
+                &env,
+                &env.kafka.group_id,
+                &env.kafka.topics.events,
+                stop_lag.clone(),
+            )?;
             (l, Some(t))
         }
         System::Baseline { .. } => (Arc::new(Mutex::new(None)), None),

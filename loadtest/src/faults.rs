@@ -90,6 +90,19 @@ impl FaultKind {
         }
     }
 
+    /// Whether the plan lets the pipeline catch up before and after it (not the interleaved
+    /// kills).
+    pub fn isolated(self) -> bool {
+        !matches!(
+            self,
+            FaultKind::RelayKill
+                | FaultKind::EventsKill
+                | FaultKind::RetryKill
+                | FaultKind::DlqSinkKill
+                | FaultKind::UnplannedExit
+        )
+    }
+
     /// The service a kill or a SIGTERM hits.
     pub fn role(self) -> Option<Role> {
         match self {

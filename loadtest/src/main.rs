@@ -38,7 +38,7 @@
 //! scenarios     the engine scenarios and their own figures            uses baseline, cli, engine, report
 //! relay         the outbox → Kafka scenario                           uses chart, cli, procstat, report, scrape, stack, tally
 //! chaos         faults under steady load, carried out and read back   uses chart, cli, engine, fault_tally, faults,
-//!                                                                     phase_charts, report, stack
+//!                                                                     phase_charts, report, schedule, stack
 //! main          wires the command line to the rest                    uses baseline, chaos, chart, cli, engine, merge,
 //!                                                                     page, phase_charts, relay, report, scenarios, stack
 //! ```

@@ -221,7 +221,7 @@ merge_fields! {
     ChaosSection { chaos }
     ChaosFigures {
         seed, rate_per_s, topology, fault_every_min_s, fault_every_max_s, db_outage_s, producer,
-        lost, per_kind, unattributed_duplicates, unattributed_examples, crashes, events_role, measures, faults,
+        lost, retries_exhausted, per_kind, unattributed_duplicates, unattributed_examples, crashes, events_role, measures, faults,
     }
     ProducerFigures { committed, not_committed, in_doubt }
     ChaosLost {

@@ -27,6 +27,9 @@ pub struct ChaosFigures {
     pub producer: ProducerFigures,
     /// Every loss, stage by stage. The verdict reads it.
     pub lost: ChaosLost,
+    /// (event, flaky endpoint) pairs that failed every attempt of the schedule and were
+    /// dead-lettered, as they must be: not lost, and not counted as expected deliveries.
+    pub retries_exhausted: usize,
     /// Per fault kind (`relay_kill`, `events_role_kill`, …). The verdict reads it.
     pub per_kind: BTreeMap<String, KindFigures>,
     /// Duplicate deliveries no fault could have caused (none before the first fault, say).

@@ -469,6 +469,7 @@ pub mod fixtures {
                     },
                     per_kind: BTreeMap::from([("relay_kill".to_string(), kind)]),
                     unattributed_duplicates: 0,
+                    retries_exhausted: 0,
                     unattributed_examples: Vec::new(),
                     crashes: Vec::new(),
                     events_role: HandoverFigures {
