@@ -25,7 +25,7 @@ infra: ## Start only PostgreSQL and Kafka
 test: ## Run every test against real PostgreSQL and Kafka (started if needed)
 	@bash scripts/test.sh
 
-bench: ## Every published load scenario, 3 runs each (~50 min; needs the machine to itself)
+bench: ## Every published load scenario, 3 runs each, chaos once (~80 min; needs the machine to itself)
 	@bash loadtest/publish.sh
 
 lint: ## rustfmt and clippy, as CI runs them
