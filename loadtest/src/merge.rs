@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 
 use crate::report::{
     AfterRecovery, BaselineFigures, BucketQuantiles, ChaosFigures, ChaosLost, ChaosSection, ClassFigures,
-    Contract, Crash, CrashFigures, CrashSection, Drain, EarlyRetry, FanoutSection, FaultRecord,
+    Contract, Crash, CrashFigures, CrashSection, Drain, DrainFigures, EarlyRetry, FanoutSection, FaultRecord,
     HandoverFigures, HealthyPhase, Kill, KillsPhase, KindFigures, LadderStep, Latency, Machine, MaxFigures,
     MaxSection, Measures, NoFigures, NoisyFigures, NoisySection, OutageFigures, OutageSection, PhaseExtra,
     PhaseFigures, ProducerFigures, QuietRun, Ratios, RecoveryPhase, RelayLatency, RelayReport, RelayUsage,
@@ -221,9 +221,10 @@ merge_fields! {
     ChaosSection { chaos }
     ChaosFigures {
         seed, rate_per_s, topology, fault_every_min_s, fault_every_max_s, db_outage_s, producer,
-        lost, retries_exhausted, per_kind, unattributed_duplicates, unattributed_examples, crashes, events_role, measures, faults,
+        lost, drain, retries_exhausted, per_kind, unattributed_duplicates, unattributed_examples, crashes, events_role, measures, faults,
     }
     ProducerFigures { committed, not_committed, in_doubt }
+    DrainFigures { deliveries_s, deliveries_deadline_s, dead_letters_s, dead_letters_backlog }
     ChaosLost {
         events_not_shipped, deliveries, rejections_not_dead_lettered, dead_letters_not_stored,
         dead_letters_stored_twice,

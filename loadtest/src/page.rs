@@ -109,7 +109,9 @@ fn chaos_table(c: &ChaosFigures) -> String {
         html,
         "</table><p>Lost: {} events not shipped, {} deliveries, {} rejections not dead-lettered, {} dead letters \
          not stored, {} stored twice. Unattributed duplicates: {}. Services that exited by themselves: {}. \
-         Events role alone: SIGKILL resume max {} ms (limit {}), SIGTERM hand-over max {} ms (limit {}).</p>",
+         Events role alone: SIGKILL resume max {} ms (limit {}), SIGTERM hand-over max {} ms (limit {}). \
+         After the producers stopped: deliveries drained in {} s, dead letters stored in {} s ({} were \
+         waiting).</p>",
         l.events_not_shipped,
         l.deliveries,
         l.rejections_not_dead_lettered,
@@ -121,6 +123,9 @@ fn chaos_table(c: &ChaosFigures) -> String {
         num(h.sigkill_limit_ms),
         ms(h.sigterm_handover_max_ms),
         num(h.sigterm_limit_ms),
+        ms(c.drain.deliveries_s),
+        ms(c.drain.dead_letters_s),
+        c.drain.dead_letters_backlog,
     );
     html
 }

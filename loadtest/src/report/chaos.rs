@@ -27,6 +27,8 @@ pub struct ChaosFigures {
     pub producer: ProducerFigures,
     /// Every loss, stage by stage. The verdict reads it.
     pub lost: ChaosLost,
+    /// How the pipeline drained after the producers stopped.
+    pub drain: DrainFigures,
     /// (event, flaky endpoint) pairs that failed every attempt of the schedule and were
     /// dead-lettered, as they must be: not lost, and not counted as expected deliveries.
     pub retries_exhausted: usize,
@@ -57,6 +59,21 @@ pub struct ProducerFigures {
     /// Ids that reached the events topic or a receiver without a commit the producers saw
     /// (a commit whose answer was lost with the connection). Counted nowhere else.
     pub in_doubt: usize,
+}
+
+/// After the producers stopped: how long until everything arrived.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DrainFigures {
+    /// Until every expecting pair was delivered and the outbox empty (`null`: not within
+    /// `deliveries_deadline_s`).
+    #[serde(deserialize_with = "present")]
+    pub deliveries_s: Option<f64>,
+    pub deliveries_deadline_s: u64,
+    /// Until every DLQ record was stored (`null`: the sink stopped making progress first).
+    #[serde(deserialize_with = "present")]
+    pub dead_letters_s: Option<f64>,
+    /// DLQ records not stored yet when the producers stopped.
+    pub dead_letters_backlog: i64,
 }
 
 /// What never arrived, stage by stage; all must be 0.

@@ -17,8 +17,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Deserializer, Serialize};
 
 pub use chaos::{
-    ChaosFigures, ChaosLost, ChaosSection, Crash, FaultRecord, HandoverFigures, KindFigures, Measures,
-    ProducerFigures, Spread,
+    ChaosFigures, ChaosLost, ChaosSection, Crash, DrainFigures, FaultRecord, HandoverFigures, KindFigures,
+    Measures, ProducerFigures, Spread,
 };
 pub use relay::{BucketQuantiles, Drain, RelayLatency, RelayReport, RelayUsage};
 pub use scenario::{
@@ -470,6 +470,12 @@ pub mod fixtures {
                     per_kind: BTreeMap::from([("relay_kill".to_string(), kind)]),
                     unattributed_duplicates: 0,
                     retries_exhausted: 0,
+                    drain: DrainFigures {
+                        deliveries_s: Some(30.0),
+                        deliveries_deadline_s: 180,
+                        dead_letters_s: Some(40.0),
+                        dead_letters_backlog: 100,
+                    },
                     unattributed_examples: Vec::new(),
                     crashes: Vec::new(),
                     events_role: HandoverFigures {
