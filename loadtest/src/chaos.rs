@@ -749,7 +749,9 @@ pub async fn run(args: &RunArgs) -> anyhow::Result<(RunReport, Vec<Chart>)> {
     }
     let report = RunReport::Chaos(ScenarioReport {
         contract,
-        figures: ChaosSection { chaos },
+        figures: ChaosSection {
+            chaos: Box::new(chaos),
+        },
         baseline: None,
         machine: Machine::read(),
     });

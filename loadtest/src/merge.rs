@@ -104,6 +104,12 @@ impl<T: Merge> Merge for Option<T> {
     }
 }
 
+impl<T: Merge> Merge for Box<T> {
+    fn merge(runs: &[&Self]) -> Self {
+        Box::new(T::merge(&runs.iter().map(|r| r.as_ref()).collect::<Vec<_>>()))
+    }
+}
+
 impl<T: Merge> Merge for Vec<T> {
     fn merge(runs: &[&Self]) -> Self {
         let len = runs[0].len();

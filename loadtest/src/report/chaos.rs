@@ -9,7 +9,8 @@ use super::present;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ChaosSection {
-    pub chaos: ChaosFigures,
+    /// Boxed: the largest figures of any report (so `RunReport` stays small).
+    pub chaos: Box<ChaosFigures>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -448,7 +448,7 @@ pub mod fixtures {
         RunReport::Chaos(ScenarioReport {
             contract: contract(),
             figures: ChaosSection {
-                chaos: ChaosFigures {
+                chaos: Box::new(ChaosFigures {
                     seed: 1,
                     rate_per_s: 200,
                     topology: BTreeMap::from([("relay".to_string(), 2)]),
@@ -502,7 +502,7 @@ pub mod fixtures {
                         duplicate_ceiling: 40,
                         reshipped_events: 1,
                     }],
-                },
+                }),
             },
             baseline: None,
             machine: machine(),
