@@ -28,7 +28,7 @@ test: ## Run every test against real PostgreSQL and Kafka (started if needed)
 fuzz: ## Every fuzz target for FUZZ_SECONDS (300) each on nightly; non-zero on a crash
 	@bash scripts/fuzz.sh
 
-bench: ## Every published load scenario, 3 runs each (~50 min; needs the machine to itself)
+bench: ## Every published load scenario, 3 runs each, chaos once (~80 min; needs the machine to itself)
 	@bash loadtest/publish.sh
 
 lint: ## rustfmt and clippy, as CI runs them

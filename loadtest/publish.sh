@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Runs every published scenario three times (each report holds the medians) and copies the
-# charts docs/benchmarks.md shows into docs/benchmarks/. Uses the local stack (started if
-# needed; HOOKSTREAM_PG_PORT / HOOKSTREAM_KAFKA_PORT pick another one). Needs the machine to
-# itself: anything else running shows in the figures.
+# Runs every published scenario three times (each report holds the medians; chaos once) and
+# copies the charts docs/benchmarks.md shows into docs/benchmarks/. Uses the local stack
+# (started if needed; HOOKSTREAM_PG_PORT / HOOKSTREAM_KAFKA_PORT pick another one), except
+# chaos, which restarts Kafka and PostgreSQL: it gets a stack of its own (CHAOS_STATE_DIR,
+# CHAOS_PG_PORT, CHAOS_KAFKA_PORT, CHAOS_KAFKA_CONTROLLER_PORT), started for it and stopped
+# after. Needs the machine to itself: anything else running shows in the figures.
 #
-#   loadtest/publish.sh                 # every scenario (about 50 minutes on 2 cores)
+#   loadtest/publish.sh                 # every scenario (about 80 minutes on 2 cores)
 #   loadtest/publish.sh steady crash    # some of them
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -12,7 +14,8 @@ OUT="${OUT:-loadtest/out}"
 DOCS=docs/benchmarks
 RUNS="${RUNS:-3}"
 
-# name | arguments: the one command that reproduces each (docs/benchmarks.md quotes them).
+# name | arguments [| runs]: the one command that reproduces each (docs/benchmarks.md quotes
+# them); runs defaults to RUNS.
 SCENARIOS=(
   "relay|relay --events 200000 --rate 2000 --seconds 30 --relays 2"
   "steady|steady --events 20000 --rate 1000 --endpoints 1 --baseline"
@@ -22,22 +25,47 @@ SCENARIOS=(
   "outage-recovery|outage-recovery --events 7000 --rate 100 --endpoints 1 --outage-s 60 --outage-rate-limit 200 --baseline --baseline-variants polling-tuned"
   "crash|crash --events 20000 --rate 500 --endpoints 1 --seed 7 --baseline --baseline-variants polling-tuned"
   "fleet|fleet --events 5000 --rate 250"
+  "chaos|chaos --rate 200 --seed 1|1"
 )
+
+CHAOS_STATE_DIR="${CHAOS_STATE_DIR:-$PWD/.hookstream-chaos}"
+CHAOS_PG_PORT="${CHAOS_PG_PORT:-55432}"
+CHAOS_KAFKA_PORT="${CHAOS_KAFKA_PORT:-59092}"
+CHAOS_KAFKA_CONTROLLER_PORT="${CHAOS_KAFKA_CONTROLLER_PORT:-59093}"
+CHAOS_ENV=(
+  "HOOKSTREAM_STATE_DIR=$CHAOS_STATE_DIR"
+  "HOOKSTREAM_PG_PORT=$CHAOS_PG_PORT"
+  "HOOKSTREAM_KAFKA_PORT=$CHAOS_KAFKA_PORT"
+  "HOOKSTREAM_KAFKA_CONTROLLER_PORT=$CHAOS_KAFKA_CONTROLLER_PORT"
+  "HOOKSTREAM_TEST_DATABASE_URL=postgres://postgres@127.0.0.1:$CHAOS_PG_PORT/postgres"
+  "HOOKSTREAM_TEST_KAFKA_BROKERS=127.0.0.1:$CHAOS_KAFKA_PORT"
+)
+chaos_stack() { env "${CHAOS_ENV[@]}" bash scripts/stack/infra.sh "$1" >&2; }
 
 cargo build --release -q -p loadtest
 mkdir -p "$OUT" "$DOCS"
 for entry in "${SCENARIOS[@]}"; do
-  name="${entry%%|*}"
-  args="${entry#*|}"
+  IFS='|' read -r name args runs <<<"$entry"
+  runs="${runs:-$RUNS}"
   if [[ $# -gt 0 && " $* " != *" $name "* ]]; then
     continue
   fi
-  echo "== $(date -u +%H:%M:%S) $name: loadtest run $args --runs $RUNS"
+  envs=()
+  if [[ $name == chaos ]]; then
+    envs=("${CHAOS_ENV[@]}")
+    chaos_stack start
+    trap 'chaos_stack stop' EXIT
+  fi
+  echo "== $(date -u +%H:%M:%S) $name: loadtest run $args --runs $runs"
   # shellcheck disable=SC2086 # the arguments are words
-  target/release/loadtest run $args --runs "$RUNS" --out "$OUT/$name" >"$OUT/$name.json" 2>"$OUT/$name.log" || {
+  env "${envs[@]}" target/release/loadtest run $args --runs "$runs" --out "$OUT/$name" >"$OUT/$name.json" 2>"$OUT/$name.log" || {
     tail -n 30 "$OUT/$name.log" >&2
     exit 1
   }
+  if [[ $name == chaos ]]; then
+    chaos_stack stop
+    trap - EXIT
+  fi
   # Charts of the last run: the overlays of every phase (all-*) and Hookstream's backlog and
   # lag; a single-phase scenario's own charts.
   rm -f "$DOCS/$name"-*.svg

@@ -23,6 +23,15 @@ pub type Points = Vec<(f64, f64)>;
 /// (name, colour, points).
 type Series<'a> = (String, &'a str, Points);
 
+/// Moments marked on a time chart: a dashed vertical line at each, one colour per kind (named
+/// in the legend).
+#[derive(Debug, Clone, Default)]
+pub struct Markers {
+    pub kinds: Vec<String>,
+    /// (x, index into `kinds`).
+    pub at: Vec<(f64, usize)>,
+}
+
 /// One chart, ready for the page and for a file.
 pub struct Chart {
     /// File stem under `charts/`.
@@ -61,6 +70,7 @@ fn svg(
     series: &[Series],
     x_log: bool,
     y_top: Option<f64>,
+    markers: &Markers,
 ) -> String {
     let fx = |x: f64| if x_log { x.max(1e-3).log10() } else { x };
     let finite = |&(x, y): &(f64, f64)| x.is_finite() && y.is_finite() && (!x_log || x > 0.0);
@@ -97,8 +107,9 @@ fn svg(
             ((top / step).ceil() * step, step)
         }
     };
-    let height = H + 14.0 * series.len() as f64;
-    let (top, bottom) = (34.0 + 14.0 * series.len() as f64, height - 40.0);
+    let legend = series.len() + markers.kinds.len();
+    let height = H + 14.0 * legend as f64;
+    let (top, bottom) = (34.0 + 14.0 * legend as f64, height - 40.0);
     let sx = |x: f64| PAD + (fx(x) - x_min) / (x_max - x_min) * (W - 2.0 * PAD);
     let sy = |y: f64| bottom - y / y_max * (bottom - top);
     let mut s = String::new();
@@ -151,6 +162,30 @@ fn svg(
         (top + bottom) / 2.0,
         escape(y_label)
     );
+    // Markers under the lines, in colours after the series'.
+    for (k, kind) in markers.kinds.iter().enumerate() {
+        let colour = PALETTE[(series.len() + k) % PALETTE.len()];
+        for &(x, _) in markers.at.iter().filter(|m| m.1 == k) {
+            if !x.is_finite() || fx(x) < x_min || fx(x) > x_max {
+                continue;
+            }
+            let _ = write!(
+                s,
+                r##"<line x1="{x:.1}" y1="{top:.1}" x2="{x:.1}" y2="{bottom:.1}" stroke="{colour}" stroke-opacity="0.45" stroke-dasharray="3,3"/>"##,
+                x = sx(x),
+            );
+        }
+        let ly = 26.0 + 14.0 * (series.len() + k) as f64;
+        let _ = write!(
+            s,
+            r##"<line x1="{x0}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="{colour}" stroke-dasharray="3,3"/><text x="{:.1}" y="{ly:.1}">{}</text>"##,
+            ly - 3.0,
+            x0 + 12.0,
+            ly - 3.0,
+            x0 + 16.0,
+            escape(kind)
+        );
+    }
     for (i, (name, colour, points)) in series.iter().enumerate() {
         let path: Vec<String> = points
             .iter()
@@ -200,8 +235,29 @@ pub fn line_chart(
         .enumerate()
         .map(|(i, (label, points))| (label, PALETTE[i % PALETTE.len()], points))
         .collect();
-    let svg = svg(&title, axes.0, axes.1, &series, x_log, y_top);
+    let svg = svg(&title, axes.0, axes.1, &series, x_log, y_top, &Markers::default());
     Chart { name, title, svg }
+}
+
+/// A line chart over time with moments marked (faults, say).
+pub fn marked_time_chart(
+    name: &str,
+    title: &str,
+    axes: (&str, &str),
+    series: Vec<(String, Points)>,
+    markers: &Markers,
+) -> Chart {
+    let series: Vec<Series> = series
+        .into_iter()
+        .enumerate()
+        .map(|(i, (label, points))| (label, PALETTE[i % PALETTE.len()], points))
+        .collect();
+    let svg = svg(title, axes.0, axes.1, &series, false, None, markers);
+    Chart {
+        name: name.into(),
+        title: title.into(),
+        svg,
+    }
 }
 
 /// A latency CDF chart (log scale) of one or more named sample sets.
@@ -241,6 +297,7 @@ mod tests {
             &[("a".into(), "#000", vec![(2.0, 0.1), (30.0, 0.5), (4000.0, 1.0)])],
             true,
             Some(1.0),
+            &Markers::default(),
         );
         for tick in [">1<", ">10<", ">100<", ">1000<", ">10000<"] {
             assert!(s.contains(tick), "tick {tick} in {s}");
@@ -254,6 +311,30 @@ mod tests {
                 "{p}"
             );
         }
+    }
+
+    #[test]
+    fn markers_are_drawn_inside_and_named_once() {
+        let markers = Markers {
+            kinds: vec!["kill".into(), "restart".into()],
+            at: vec![(10.0, 0), (20.0, 0), (30.0, 1), (1e9, 1)],
+        };
+        let s = svg(
+            "t",
+            "x",
+            "y",
+            &[("a".into(), "#000", vec![(0.0, 1.0), (40.0, 2.0)])],
+            false,
+            None,
+            &markers,
+        );
+        assert_eq!(
+            s.matches("stroke-opacity=\"0.45\"").count(),
+            3,
+            "the one past the axis is left out"
+        );
+        assert_eq!(s.matches(">kill<").count(), 1);
+        assert_eq!(s.matches(">restart<").count(), 1);
     }
 
     #[test]

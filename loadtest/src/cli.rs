@@ -15,7 +15,7 @@ pub struct Cli {
 #[derive(Subcommand)]
 pub enum Command {
     /// Run one scenario.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Recompute the medians of a report's runs (after a change to how they merge) and
     /// rewrite DIR/report.json and the JSON in DIR/report.html.
     Remerge {
@@ -43,6 +43,11 @@ pub enum Scenario {
     OutageRecovery,
     /// Steady load while the relay and the dispatcher are SIGKILLed at random moments.
     Crash,
+    /// Steady load with retries and fan-out while every service (2 relays, 2 dispatchers of
+    /// each role) is SIGKILLed `--kills-per-service` times, the broker and PostgreSQL are
+    /// restarted and the database is down for `--db-outage-s`: loss, duplicates and resume
+    /// time per fault kind. Restarts Kafka and PostgreSQL: needs a stack of its own.
+    Chaos,
 }
 
 impl Scenario {
@@ -56,6 +61,7 @@ impl Scenario {
             Self::NoisyNeighbour => "noisy-neighbour",
             Self::OutageRecovery => "outage-recovery",
             Self::Crash => "crash",
+            Self::Chaos => "chaos",
         }
     }
 }
@@ -75,9 +81,9 @@ pub struct RunArgs {
     /// Events for the throughput phase.
     #[arg(long, default_value_t = 200_000)]
     pub events: usize,
-    /// Events per second for the latency phase.
-    #[arg(long, default_value_t = 2_000)]
-    pub rate: usize,
+    /// Events per second for the latency phase (2,000; chaos: 200).
+    #[arg(long)]
+    pub rate: Option<usize>,
     /// relay: seconds of the latency phase; max: seconds of each rate step.
     #[arg(long, default_value_t = 10)]
     pub seconds: u64,
@@ -128,6 +134,36 @@ pub struct RunArgs {
     /// Repeat the scenario and report the medians.
     #[arg(long, default_value_t = 1)]
     pub runs: usize,
+    /// chaos: SIGKILLs of each service kind (relay, events role, retry role, DLQ sink),
+    /// interleaved.
+    #[arg(long, default_value_t = 100)]
+    pub kills_per_service: usize,
+    /// chaos: seconds between the interleaved kills, drawn from MIN..=MAX.
+    #[arg(long, value_parser = parse_range, default_value = "1..3")]
+    pub fault_every_s: (f64, f64),
+    /// chaos: events-role hand-overs measured alone: this many SIGKILLs, and as many rolling
+    /// restarts (a new instance joins, then the old one gets SIGTERM).
+    #[arg(long, default_value_t = 5)]
+    pub handovers: usize,
+    /// chaos: SIGKILL-and-restarts of the Kafka broker.
+    #[arg(long, default_value_t = 5)]
+    pub broker_restarts: usize,
+    /// chaos: restarts of PostgreSQL, alternating `stop -m fast` and `stop -m immediate`.
+    #[arg(long, default_value_t = 5)]
+    pub pg_restarts: usize,
+    /// chaos: seconds PostgreSQL stays down in the database outage (0: none).
+    #[arg(long, default_value_t = 30)]
+    pub db_outage_s: u64,
+}
+
+impl RunArgs {
+    /// `--rate`, or the scenario's default.
+    pub fn rate(&self) -> usize {
+        self.rate.unwrap_or(match self.scenario {
+            Scenario::Chaos => 200,
+            _ => 2_000,
+        })
+    }
 }
 
 fn parse_range(s: &str) -> Result<(f64, f64), String> {

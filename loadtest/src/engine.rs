@@ -125,12 +125,15 @@ pub struct Plan {
     pub out: PathBuf,
 }
 
-struct Endpoint {
-    class: usize,
-    addr: SocketAddr,
-    secret: String,
-    timeout_ms: i32,
-    receiver: Option<Receiver>,
+/// One endpoint of the fleet: its class, where it listens, its secret and its receiver
+/// (`None` while nothing listens: `Kind::Down`, or `Kind::DownThenUp` before it is up).
+pub(crate) struct Endpoint {
+    pub(crate) class: usize,
+    pub(crate) id: Uuid,
+    pub(crate) addr: SocketAddr,
+    pub(crate) secret: String,
+    pub(crate) timeout_ms: i32,
+    pub(crate) receiver: Option<Receiver>,
 }
 
 /// One 250 ms sample of the run.
@@ -147,8 +150,10 @@ pub struct Sample {
     pub lag: Option<i64>,
 }
 
-struct Service {
-    name: &'static str,
+/// One service process of a run, restarted in place after a kill; its usage is summed over
+/// its incarnations.
+pub(crate) struct Service {
+    name: String,
     bin: PathBuf,
     env: Vec<(String, String)>,
     log: PathBuf,
@@ -160,8 +165,8 @@ struct Service {
 }
 
 impl Service {
-    fn start(
-        name: &'static str,
+    pub(crate) fn start(
+        name: impl Into<String>,
         bin: PathBuf,
         env: Vec<(String, String)>,
         log: PathBuf,
@@ -169,7 +174,7 @@ impl Service {
         let proc =
             ServiceProcess::spawn(&bin, &env, &log).with_context(|| format!("starting {}", bin.display()))?;
         Ok(Self {
-            name,
+            name: name.into(),
             bin,
             env,
             log,
@@ -180,7 +185,7 @@ impl Service {
         })
     }
 
-    fn sample(&mut self) {
+    pub(crate) fn sample(&mut self) {
         if let Some(s) = self
             .proc
             .as_ref()
@@ -193,22 +198,62 @@ impl Service {
         self.usage.max_rss_mb = self.usage.max_rss_mb.max(self.live.1);
     }
 
-    async fn kill9(&mut self) {
-        self.sample();
+    pub(crate) async fn kill9(&mut self) {
+        self.retire();
         if let Some(p) = self.proc.take() {
             p.kill9().await;
         }
+    }
+
+    /// Counts the CPU of the live incarnation as spent (it is about to end).
+    fn retire(&mut self) {
+        self.sample();
         self.dead_cpu += self.live.0;
         self.live = (0.0, 0.0);
     }
 
-    fn restart(&mut self) -> anyhow::Result<()> {
+    pub(crate) fn restart(&mut self) -> anyhow::Result<()> {
         self.proc = Some(ServiceProcess::spawn(&self.bin, &self.env, &self.log)?);
         self.usage.restarts += 1;
         Ok(())
     }
 
-    async fn stop(mut self) -> Usage {
+    /// The exit code of an incarnation that ended by itself (`Some(None)`: killed by a
+    /// signal), or `None` while it runs (or none was started).
+    pub(crate) async fn exited(&mut self) -> Option<Option<i32>> {
+        let p = self.proc.as_mut()?;
+        if p.is_running() {
+            return None;
+        }
+        let code = p.wait().await;
+        self.retire();
+        self.proc = None;
+        Some(code)
+    }
+
+    /// Starts a second incarnation beside the live one (a rolling restart's new instance);
+    /// `hand_over` then stops the old one.
+    pub(crate) fn spawn_successor(&self) -> anyhow::Result<ServiceProcess> {
+        Ok(ServiceProcess::spawn(&self.bin, &self.env, &self.log)?)
+    }
+
+    /// SIGTERMs the live incarnation and waits for it to exit (its exit code), then keeps
+    /// `successor` as the live one.
+    pub(crate) async fn hand_over(&mut self, successor: ServiceProcess) -> Option<i32> {
+        self.retire();
+        let code = match self.proc.replace(successor) {
+            Some(old) => old.terminate().await,
+            None => None,
+        };
+        self.usage.restarts += 1;
+        code
+    }
+
+    pub(crate) fn log(&self) -> &std::path::Path {
+        &self.log
+    }
+
+    pub(crate) async fn stop(mut self) -> Usage {
         self.sample();
         if let Some(p) = self.proc.take() {
             p.terminate().await;
@@ -240,7 +285,7 @@ pub struct Outcome {
     pub production_s: Option<f64>,
 }
 
-fn unix_ms() -> f64 {
+pub(crate) fn unix_ms() -> f64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs_f64() * 1000.0)
@@ -331,7 +376,7 @@ pub(crate) async fn enqueue(pool: &PgPool, tenant: Uuid, n: usize) -> anyhow::Re
     Ok(())
 }
 
-fn dispatcher_vars(env: &TestEnv, max_in_flight_events: usize) -> Vec<(String, String)> {
+pub(crate) fn dispatcher_vars(env: &TestEnv, max_in_flight_events: usize) -> Vec<(String, String)> {
     let mut vars = dispatcher_env(env);
     let schedule = format!(
         "[{}]",
@@ -361,17 +406,20 @@ fn dispatcher_vars(env: &TestEnv, max_in_flight_events: usize) -> Vec<(String, S
     vars
 }
 
-type SharedLag = Arc<Mutex<Option<i64>>>;
+pub(crate) type SharedLag = Arc<Mutex<Option<i64>>>;
 
-/// Samples the dispatcher group's lag on the events topic every second, on its own thread.
-fn lag_sampler(
+/// Samples a consumer group's lag on a topic every second, on its own thread (the dispatchers'
+/// on the events topic, say).
+pub(crate) fn lag_sampler(
     env: &TestEnv,
+    group: &str,
+    topic: &str,
     stop: Arc<AtomicBool>,
 ) -> anyhow::Result<(SharedLag, std::thread::JoinHandle<()>)> {
     let mut cfg = hookstream_kafka::client_config(&env.kafka);
-    cfg.set("group.id", &env.kafka.group_id);
+    cfg.set("group.id", group);
     let consumer: BaseConsumer = cfg.create()?;
-    let topic = env.kafka.topics.events.clone();
+    let topic = topic.to_string();
     let partitions = env.partitions;
     let latest = Arc::new(Mutex::new(None));
     let out = latest.clone();
@@ -405,12 +453,11 @@ fn lag_sampler(
     Ok((latest, handle))
 }
 
-pub async fn run(plan: &Plan) -> anyhow::Result<Outcome> {
-    let env = TestEnv::new(6).await?;
-    let tenant = env.tenant("bench").await?;
+/// The receivers of `classes` (one per endpoint) and their endpoints, created for `tenant`.
+pub(crate) async fn fleet(env: &TestEnv, tenant: Uuid, classes: &[Class]) -> anyhow::Result<Vec<Endpoint>> {
     let sealer = env.sealer();
-    let mut fleet: Vec<Endpoint> = Vec::new();
-    for (ci, class) in plan.classes.iter().enumerate() {
+    let mut fleet = Vec::new();
+    for (ci, class) in classes.iter().enumerate() {
         for _ in 0..class.endpoints {
             let (addr, receiver) = match class.kind {
                 Kind::Http(b) => {
@@ -444,6 +491,7 @@ pub async fn run(plan: &Plan) -> anyhow::Result<Outcome> {
             }
             fleet.push(Endpoint {
                 class: ci,
+                id: created.id,
                 addr,
                 secret,
                 timeout_ms: created.timeout_ms,
@@ -451,6 +499,13 @@ pub async fn run(plan: &Plan) -> anyhow::Result<Outcome> {
             });
         }
     }
+    Ok(fleet)
+}
+
+pub async fn run(plan: &Plan) -> anyhow::Result<Outcome> {
+    let env = TestEnv::new(6).await?;
+    let tenant = env.tenant("bench").await?;
+    let mut fleet = fleet(&env, tenant, &plan.classes).await?;
     let label = &plan.label;
     let sink = match plan.system {
         System::Hookstream => Sink::Outbox(tenant),
@@ -511,7 +566,12 @@ pub async fn run(plan: &Plan) -> anyhow::Result<Outcome> {
     let stop_lag = Arc::new(AtomicBool::new(false));
     let (lag, lag_thread) = match plan.system {
         System::Hookstream => {
-            let (l, t) = lag_sampler(&env, stop_lag.clone())?;
+            let (l, t) = lag_sampler(
+                &env,
+                &env.kafka.group_id,
+                &env.kafka.topics.events,
+                stop_lag.clone(),
+            )?;
             (l, Some(t))
         }
         System::Baseline { .. } => (Arc::new(Mutex::new(None)), None),
@@ -524,7 +584,7 @@ pub async fn run(plan: &Plan) -> anyhow::Result<Outcome> {
     }
     let mut processes = Vec::new();
     for s in services {
-        let name = s.name.to_string();
+        let name = s.name.clone();
         processes.push((name, s.stop().await));
     }
     if let Some(t) = lag_thread {
@@ -652,7 +712,7 @@ async fn drive(
         if let (Some(c), Some(at)) = (plan.chaos.as_ref(), next_kill) {
             if now >= at && produced_at.is_none() {
                 let svc = &mut services[rng.gen_range(0..services.len())];
-                let which = svc.name;
+                let which = svc.name.clone();
                 svc.kill9().await;
                 let down_ms = rng.gen_range(200..=1500);
                 tokio::time::sleep(Duration::from_millis(down_ms)).await;
@@ -660,7 +720,7 @@ async fn drive(
                 eprintln!("[{label}] {t_s:.1} s: SIGKILL {which}, restarted after {down_ms} ms");
                 kills.push(Kill {
                     at_s: t_s,
-                    process: which.to_string(),
+                    process: which,
                     down_ms,
                 });
                 next_kill = Some(Instant::now() + next_kill_in(&mut rng, c));
@@ -795,11 +855,17 @@ pub fn measure_class(class: &Class, endpoints: &[Vec<Received>], events: usize) 
                     samples.push(first.received_unix_ms - body.created_ms);
                 }
             }
-            for pair in tries.windows(2) {
-                let (a, b) = (pair[0], pair[1]);
-                if b.attempt <= a.attempt || a.attempt == 0 {
-                    continue; // a redelivery of the same attempt (after a crash) is not a retry
-                }
+            for b in tries.iter().filter(|d| d.attempt >= 2) {
+                // The attempt before it. After a crash an attempt may have been made twice
+                // (redone by the next owner); which one scheduled this retry is unknown, and
+                // the earliest is the lenient comparison: a retry early against it is early
+                // against either.
+                let Some(a) = tries
+                    .iter()
+                    .find(|a| a.attempt + 1 == b.attempt && a.received_unix_ms <= b.received_unix_ms)
+                else {
+                    continue;
+                };
                 let base = RETRY_SCHEDULE_MS
                     .get(a.attempt as usize - 1)
                     .copied()
@@ -977,6 +1043,21 @@ mod tests {
         let mut samples = samples;
         samples.sort_by(f64::total_cmp);
         assert_eq!(samples, vec![505.0, 910.0]);
+    }
+
+    #[test]
+    fn an_attempt_redone_after_a_crash_does_not_make_its_retry_early() {
+        let class = Class::new("flaky", Kind::Http(Behaviour::Flaky(50)), 1, true);
+        // Attempt 1 failed at 0 and was redone at 600 ms by the next owner; the retry the
+        // first one scheduled (1,000 ms) came at 1,000 ms: on time, though 400 ms after the redo.
+        let endpoint = vec![
+            got("a", 1, 0.0, 503, 0.0),
+            got("a", 1, 600.0, 503, 0.0),
+            got("a", 2, 1000.0, 204, 0.0),
+        ];
+        assert_eq!(measure_class(&class, &[endpoint], 1).0.early_retries, 0);
+        let endpoint = vec![got("a", 1, 0.0, 503, 0.0), got("a", 2, 700.0, 204, 0.0)];
+        assert_eq!(measure_class(&class, &[endpoint], 1).0.early_retries, 1);
     }
 
     #[test]

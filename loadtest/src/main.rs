@@ -7,9 +7,11 @@
 //!
 //! Scenarios: `steady`, `max`, `fanout`, `fleet`, `noisy-neighbour`, `outage-recovery`,
 //! `crash` (the engine: receiver fleet, services as child processes, `report.json` with a
-//! common contract, `report.html` and its charts as SVG files in `charts/`), and `relay`
-//! (outbox → Kafka only). Each run uses a fresh database and fresh topics, so runs do not
-//! disturb each other or the `make up` stack.
+//! common contract, `report.html` and its charts as SVG files in `charts/`), `chaos` (on
+//! the engine's pieces: every service SIGKILLed, the broker and PostgreSQL restarted, with
+//! figures per fault kind), and `relay` (outbox → Kafka only). Each run uses a fresh database
+//! and fresh topics, so runs do not disturb each other or the `make up` stack; `chaos`
+//! restarts Kafka and PostgreSQL, so it runs only on a stack the environment names as its own.
 //!
 //! # Modules
 //!
@@ -18,31 +20,38 @@
 //!
 //! ```text
 //! cli           the command line and RunArgs                          uses nothing
-//! stack         PostgreSQL/Kafka to run on, the service binaries      uses nothing
+//! stack         PostgreSQL/Kafka to run on and restart, binaries      uses nothing
 //! schedule      the retry schedule every run configures and checks    uses nothing
+//! faults        chaos's fault kinds and seeded plan                   uses nothing
 //! procstat      CPU and peak RSS of a process from /proc              uses nothing
 //! scrape        a Prometheus page and a histogram's quantiles         uses nothing
 //! tally         loss and duplicates counted by id                     uses nothing
-//! chart         SVG line charts of named series                       uses nothing
+//! chart         SVG line charts of named series, moments marked       uses nothing
 //! report        the report contract: serde types, reading, writing    uses nothing
 //! verdict       what counts against a run                             uses report
 //! merge         report.json of one run, or the medians of several     uses report, verdict
+//! fault_tally   chaos's figures per fault kind from what it recorded  uses faults, report, schedule
 //! page          report.html                                           uses chart, report
 //! baseline      the polled-queue design --baseline runs               uses schedule
 //! engine        a plan run against the services and a receiver fleet  uses baseline, procstat, report, schedule, stack
 //! phase_charts  the charts of engine runs                             uses chart, engine
 //! scenarios     the engine scenarios and their own figures            uses baseline, cli, engine, report
 //! relay         the outbox → Kafka scenario                           uses chart, cli, procstat, report, scrape, stack, tally
-//! main          wires the command line to the rest                    uses baseline, chart, cli, engine, merge, page,
-//!                                                                     phase_charts, relay, report, scenarios, stack
+//! chaos         faults under steady load, carried out and read back   uses chart, cli, engine, fault_tally, faults,
+//!                                                                     phase_charts, report, schedule, stack
+//! main          wires the command line to the rest                    uses baseline, chaos, chart, cli, engine, merge,
+//!                                                                     page, phase_charts, relay, report, scenarios, stack
 //! ```
 
 #![forbid(unsafe_code)]
 
 mod baseline;
+mod chaos;
 mod chart;
 mod cli;
 mod engine;
+mod fault_tally;
+mod faults;
 mod merge;
 mod page;
 mod phase_charts;
@@ -68,6 +77,7 @@ use crate::report::RunReport;
 async fn run_once(args: &RunArgs) -> anyhow::Result<(RunReport, Vec<chart::Chart>)> {
     let measured = match args.scenario {
         Scenario::Relay => return relay::run(args).await,
+        Scenario::Chaos => return chaos::run(args).await,
         Scenario::Steady => scenarios::steady(args).await?,
         Scenario::Max => scenarios::max(args).await?,
         Scenario::Fanout => scenarios::fanout(args).await?,
@@ -93,7 +103,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         if args.runs > 1 {
             eprintln!("=== {} run {} of {}", args.scenario.name(), i + 1, args.runs);
         }
-        // Each run of `crash` draws its own kill schedule (seed, seed + 1, …).
+        // Each run of `crash` and `chaos` draws its own fault schedule (seed, seed + 1, …).
         let mut this = args.clone();
         this.seed = args.seed + i as u64;
         let (r, c) = run_once(&this).await?;
@@ -151,7 +161,7 @@ async fn main() -> anyhow::Result<()> {
         return baseline::worker_from_env().await;
     }
     match Cli::parse().command {
-        Command::Run(args) => run(args).await,
+        Command::Run(args) => run(*args).await,
         Command::Remerge { dir } => remerge(&dir),
     }
 }

@@ -12,11 +12,12 @@
 use std::collections::BTreeMap;
 
 use crate::report::{
-    AfterRecovery, BaselineFigures, BucketQuantiles, ClassFigures, Contract, CrashFigures, CrashSection,
-    Drain, EarlyRetry, FanoutSection, HealthyPhase, Kill, KillsPhase, LadderStep, Latency, Machine,
-    MaxFigures, MaxSection, NoFigures, NoisyFigures, NoisySection, OutageFigures, OutageSection, PhaseExtra,
-    PhaseFigures, QuietRun, Ratios, RecoveryPhase, RelayLatency, RelayReport, RelayUsage, Report, RunReport,
-    ScenarioReport, SteadyFigures, SteadySection, Usage,
+    AfterRecovery, BaselineFigures, BucketQuantiles, ChaosFigures, ChaosLost, ChaosSection, ClassFigures,
+    Contract, Crash, CrashFigures, CrashSection, Drain, DrainFigures, EarlyRetry, FanoutSection, FaultRecord,
+    HandoverFigures, HealthyPhase, Kill, KillsPhase, KindFigures, LadderStep, Latency, Machine, MaxFigures,
+    MaxSection, Measures, NoFigures, NoisyFigures, NoisySection, OutageFigures, OutageSection, PhaseExtra,
+    PhaseFigures, ProducerFigures, QuietRun, Ratios, RecoveryPhase, RelayLatency, RelayReport, RelayUsage,
+    Report, RunReport, ScenarioReport, Spread, SteadyFigures, SteadySection, Usage,
 };
 use crate::verdict;
 
@@ -100,6 +101,12 @@ impl<T: Merge> Merge for Option<T> {
         runs[0].as_ref()?;
         let present: Vec<&T> = runs.iter().filter_map(|r| r.as_ref()).collect();
         Some(T::merge(&present))
+    }
+}
+
+impl<T: Merge> Merge for Box<T> {
+    fn merge(runs: &[&Self]) -> Self {
+        Box::new(T::merge(&runs.iter().map(|r| r.as_ref()).collect::<Vec<_>>()))
     }
 }
 
@@ -217,6 +224,32 @@ merge_fields! {
         relay_batch_duration_ms, cpu_s, max_rss_mb,
     }
     BucketQuantiles { p50_le_ms, p90_le_ms, p99_le_ms, count }
+    ChaosSection { chaos }
+    ChaosFigures {
+        seed, rate_per_s, topology, fault_every_min_s, fault_every_max_s, db_outage_s, producer,
+        lost, drain, retries_exhausted, per_kind, unattributed_duplicates, unattributed_examples, crashes, events_role, measures, faults,
+    }
+    ProducerFigures { committed, not_committed, in_doubt }
+    DrainFigures { deliveries_s, deliveries_deadline_s, dead_letters_s, dead_letters_backlog }
+    ChaosLost {
+        events_not_shipped, deliveries, rejections_not_dead_lettered, dead_letters_not_stored,
+        dead_letters_stored_twice,
+    }
+    KindFigures {
+        faults, lost, duplicates, duplicate_ceiling, duplicates_max_per_fault, duplicates_in_window,
+        reshipped_events, reshipped_ceiling, resume_ms, resume_measures, first_delivery_ms,
+        retry_late_ms, dead_letter_stored_ms, commits_blocked_ms,
+    }
+    Spread { p50, max, faults }
+    Crash { at_s, process, exit_code, log }
+    HandoverFigures {
+        sigkill_resume_max_ms, sigkill_limit_ms, interleaved_sigkill_resume_max_ms,
+        sigterm_handover_max_ms, sigterm_limit_ms, unclean_exits,
+    }
+    Measures { duplicates, ceilings, resume, lost }
+    FaultRecord {
+        kind, at_s, target, took_ms, resume_ms, duplicates, duplicate_ceiling, reshipped_events,
+    }
 }
 
 impl<F: Merge> Merge for ScenarioReport<F> {
@@ -269,6 +302,7 @@ impl Merge for RunReport {
             RunReport::NoisyNeighbour(_) => by_variant!(runs, RunReport::NoisyNeighbour),
             RunReport::OutageRecovery(_) => by_variant!(runs, RunReport::OutageRecovery),
             RunReport::Crash(_) => by_variant!(runs, RunReport::Crash),
+            RunReport::Chaos(_) => by_variant!(runs, RunReport::Chaos),
         }
     }
 }

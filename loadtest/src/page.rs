@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 
 use crate::chart::{escape, num, Chart};
-use crate::report::{Headline, Report};
+use crate::report::{ChaosFigures, Headline, Report, RunReport};
 
 /// A count, a figure, or "–" where the report has none.
 fn cell(v: Option<f64>) -> String {
@@ -57,6 +57,9 @@ fn summary(report: &Report) -> String {
              <table><tr><th>baseline</th><th>throughput</th><th>p50</th><th>p99</th></tr>{ratios}</table>"
         );
     }
+    if let RunReport::Chaos(r) = &report.figures {
+        html += &chaos_table(&r.figures.chaos);
+    }
     if report.verdict.passed {
         html.push_str("<p><b>Checks passed</b>: nothing lost, no invalid signature, no early retry.</p>");
     } else {
@@ -73,6 +76,57 @@ fn summary(report: &Report) -> String {
             cell(Some(runs as f64))
         );
     }
+    html
+}
+
+/// The chaos scenario's figures per fault kind.
+fn chaos_table(c: &ChaosFigures) -> String {
+    let ms = |v: Option<f64>| cell(v);
+    let mut html = String::from(
+        "<h3>Per fault kind</h3><table><tr><th>fault</th><th>faults</th><th>lost</th>\
+         <th>duplicates / ceiling</th><th>by arrival window</th><th>re-shipped / ceiling</th>\
+         <th>resume p50 ms</th><th>resume max ms</th></tr>",
+    );
+    for (kind, k) in &c.per_kind {
+        let _ = write!(
+            html,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{} / {}</td><td>{}</td><td>{} / {}</td><td>{}</td><td>{}</td></tr>",
+            escape(kind),
+            k.faults,
+            k.lost,
+            k.duplicates,
+            k.duplicate_ceiling,
+            k.duplicates_in_window,
+            k.reshipped_events,
+            k.reshipped_ceiling,
+            ms(k.resume_ms.p50),
+            ms(k.resume_ms.max),
+        );
+    }
+    let l = &c.lost;
+    let h = &c.events_role;
+    let _ = write!(
+        html,
+        "</table><p>Lost: {} events not shipped, {} deliveries, {} rejections not dead-lettered, {} dead letters \
+         not stored, {} stored twice. Unattributed duplicates: {}. Services that exited by themselves: {}. \
+         Events role alone: SIGKILL resume max {} ms (limit {}), SIGTERM hand-over max {} ms (limit {}). \
+         After the producers stopped: deliveries drained in {} s, dead letters stored in {} s ({} were \
+         waiting).</p>",
+        l.events_not_shipped,
+        l.deliveries,
+        l.rejections_not_dead_lettered,
+        l.dead_letters_not_stored,
+        l.dead_letters_stored_twice,
+        c.unattributed_duplicates,
+        c.crashes.len(),
+        ms(h.sigkill_resume_max_ms),
+        num(h.sigkill_limit_ms),
+        ms(h.sigterm_handover_max_ms),
+        num(h.sigterm_limit_ms),
+        ms(c.drain.deliveries_s),
+        ms(c.drain.dead_letters_s),
+        c.drain.dead_letters_backlog,
+    );
     html
 }
 
@@ -175,6 +229,19 @@ mod tests {
         );
         assert!(html.contains("Checks failed"), "{html}");
         assert!(html.contains("3 rows lost draining with 2 relay(s)"), "{html}");
+    }
+
+    #[test]
+    fn a_chaos_page_has_its_table() {
+        let html = summary(&report(fixtures::chaos(), &[]));
+        assert!(
+            html.contains("<td>relay_kill</td><td>1</td><td>0</td><td>4 / 40</td><td>4</td><td>1 / 1000</td><td>900</td><td>900</td>"),
+            "{html}"
+        );
+        assert!(
+            html.contains("SIGTERM hand-over max 400 ms (limit 1000)"),
+            "{html}"
+        );
     }
 
     #[test]

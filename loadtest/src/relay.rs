@@ -47,7 +47,7 @@ pub async fn run(args: &RunArgs) -> anyhow::Result<(RunReport, Vec<Chart>)> {
         throughput.push(figures);
         backlogs.push((format!("{relays} relay(s)"), backlog));
     }
-    let (latency, samples) = steady(args.rate, args.seconds, &args.out).await?;
+    let (latency, samples) = steady(args.rate(), args.seconds, &args.out).await?;
     let charts = vec![
         chart::time_chart(
             "relay-drain",
@@ -59,7 +59,7 @@ pub async fn run(args: &RunArgs) -> anyhow::Result<(RunReport, Vec<Chart>)> {
             "relay-latency",
             &format!(
                 "Row created → record consumed from Kafka, {} rows/s (log scale)",
-                args.rate
+                args.rate()
             ),
             vec![("consumer-observed".into(), chart::cdf_of(samples, latency.events))],
         ),

@@ -159,13 +159,18 @@ async fn baseline(
 }
 
 pub async fn steady(args: &RunArgs) -> anyhow::Result<Measured> {
-    let p = plan(args, "steady", Load::Rate(args.rate), vec![fast(args.endpoints)]);
+    let p = plan(
+        args,
+        "steady",
+        Load::Rate(args.rate()),
+        vec![fast(args.endpoints)],
+    );
     let o = engine::run(&p).await?;
     let contract = engine::contract(&[&o]);
     let mut phases = vec![o];
     let baseline = baseline(args, &[&p], &contract, &mut phases, no_figures).await?;
     let steady = SteadyFigures {
-        rate_per_s: args.rate,
+        rate_per_s: args.rate(),
         endpoints: args.endpoints,
     };
     let report = RunReport::Steady(scenario_report(contract, SteadySection { steady }, baseline));
@@ -302,7 +307,7 @@ pub async fn fleet(args: &RunArgs) -> anyhow::Result<Measured> {
         black_hole(),
         gone,
     ];
-    let p = plan(args, "fleet", Load::Rate(args.rate), classes);
+    let p = plan(args, "fleet", Load::Rate(args.rate()), classes);
     let o = engine::run(&p).await?;
     let contract = engine::contract(&[&o]);
     let mut phases = vec![o];
@@ -319,9 +324,14 @@ fn healthy_latency(_: &RunArgs, o: &Outcome) -> Option<PhaseExtra> {
 }
 
 pub async fn noisy_neighbour(args: &RunArgs) -> anyhow::Result<Measured> {
-    let noisy = plan(args, "noisy", Load::Rate(args.rate), vec![fast(9), black_hole()]);
+    let noisy = plan(
+        args,
+        "noisy",
+        Load::Rate(args.rate()),
+        vec![fast(9), black_hole()],
+    );
     let with = engine::run(&noisy).await?;
-    let without = engine::run(&plan(args, "quiet", Load::Rate(args.rate), vec![fast(9)])).await?;
+    let without = engine::run(&plan(args, "quiet", Load::Rate(args.rate()), vec![fast(9)])).await?;
     let healthy = |o: &Outcome| Latency::of(engine::latency_samples(o));
     let (lw, lo) = (healthy(&with), healthy(&without));
     let contract = engine::contract(&[&with]);
@@ -412,7 +422,7 @@ pub async fn outage_recovery(args: &RunArgs) -> anyhow::Result<Measured> {
     let p = plan(
         args,
         "outage",
-        Load::Rate(args.rate),
+        Load::Rate(args.rate()),
         vec![fast(args.endpoints), outage],
     );
     let o = engine::run(&p).await?;
@@ -447,7 +457,7 @@ fn kills_figures(_: &RunArgs, o: &Outcome) -> Option<PhaseExtra> {
 }
 
 pub async fn crash(args: &RunArgs) -> anyhow::Result<Measured> {
-    let mut p = plan(args, "crash", Load::Rate(args.rate), vec![fast(args.endpoints)]);
+    let mut p = plan(args, "crash", Load::Rate(args.rate()), vec![fast(args.endpoints)]);
     p.chaos = Some(Chaos {
         seed: args.seed,
         every_s: (args.kill_every_s.0, args.kill_every_s.1),

@@ -1,7 +1,7 @@
 //! The verdict: what counts against a run, over every run of a report. It reads the typed
 //! reports only, so a figure it needs cannot be missing (a report without it does not parse).
 
-use crate::report::{AfterRecovery, Contract, RelayReport, RunReport, Verdict};
+use crate::report::{AfterRecovery, ChaosFigures, Contract, RelayReport, RunReport, Verdict};
 
 /// The verdict over every run (a median could hide one run's loss).
 pub fn of(runs: &[RunReport]) -> Verdict {
@@ -23,12 +23,18 @@ pub fn of(runs: &[RunReport]) -> Verdict {
 }
 
 /// What counts against one run (Hookstream's figures; the baseline's are only compared): an
-/// invalid signature, an early retry, a delivery or row lost, or a recovering endpoint sent
-/// more than its rate limit allows.
+/// invalid signature, an early retry, a delivery or row lost, a recovering endpoint sent
+/// more than its rate limit allows; in `chaos`, also a loss at any stage, a service that
+/// exited by itself, duplicates above a fault kind's ceiling, and an events-role hand-over
+/// slower than its limit.
 pub fn failures(run: &RunReport) -> Vec<String> {
     let mut out = Vec::new();
     match run {
         RunReport::Relay(r) => relay(r, &mut out),
+        RunReport::Chaos(r) => {
+            contract(&r.contract, &mut out);
+            chaos(&r.figures.chaos, &mut out);
+        }
         RunReport::OutageRecovery(r) => {
             contract(&r.contract, &mut out);
             if let Some(after) = &r.figures.outage_recovery.after_recovery {
@@ -92,6 +98,80 @@ fn counts(
     }
 }
 
+fn chaos(c: &ChaosFigures, out: &mut Vec<String>) {
+    let l = &c.lost;
+    for (n, what) in [
+        (
+            l.events_not_shipped,
+            "committed events never reached the events topic",
+        ),
+        (
+            l.deliveries,
+            "deliveries to the fast and flaky endpoints never answered 2xx",
+        ),
+        (
+            l.rejections_not_dead_lettered,
+            "rejected deliveries never dead-lettered",
+        ),
+        (l.dead_letters_not_stored, "dead letters never stored"),
+        (l.dead_letters_stored_twice, "dead letters stored more than once"),
+    ] {
+        if n > 0 {
+            out.push(format!("{n} {what}"));
+        }
+    }
+    for crash in &c.crashes {
+        out.push(format!(
+            "{} exited by itself at {:.1} s (exit code {}; log {})",
+            crash.process,
+            crash.at_s,
+            crash
+                .exit_code
+                .map_or_else(|| "none: a signal".into(), |c| c.to_string()),
+            crash.log
+        ));
+    }
+    for (kind, k) in &c.per_kind {
+        if k.duplicates > k.duplicate_ceiling {
+            out.push(format!(
+                "{kind}: {} duplicate deliveries, above its ceiling of {}",
+                k.duplicates, k.duplicate_ceiling
+            ));
+        }
+        if k.reshipped_events > k.reshipped_ceiling {
+            out.push(format!(
+                "{kind}: {} events re-shipped, above its ceiling of {}",
+                k.reshipped_events, k.reshipped_ceiling
+            ));
+        }
+    }
+    if c.unattributed_duplicates > 0 {
+        out.push(format!(
+            "{} duplicate deliveries that no fault can have caused",
+            c.unattributed_duplicates
+        ));
+    }
+    let h = &c.events_role;
+    if let Some(ms) = h.sigkill_resume_max_ms.filter(|&ms| ms > h.sigkill_limit_ms) {
+        out.push(format!(
+            "an events-role instance's partitions resumed {ms:.0} ms after its SIGKILL (limit {:.0} ms)",
+            h.sigkill_limit_ms
+        ));
+    }
+    if let Some(ms) = h.sigterm_handover_max_ms.filter(|&ms| ms > h.sigterm_limit_ms) {
+        out.push(format!(
+            "an events-role instance handed over {ms:.0} ms after its SIGTERM (limit {:.0} ms)",
+            h.sigterm_limit_ms
+        ));
+    }
+    if h.unclean_exits > 0 {
+        out.push(format!(
+            "{} events-role instances did not exit with 0 after SIGTERM",
+            h.unclean_exits
+        ));
+    }
+}
+
 fn recovery(after: &AfterRecovery, out: &mut Vec<String>) {
     if !after.within_rate_limit {
         out.push(format!(
@@ -121,6 +201,7 @@ mod tests {
             fixtures::steady(),
             fixtures::outage(200.0),
             fixtures::relay([0, 0]),
+            fixtures::chaos(),
         ] {
             let read = read(&json(&run)).expect("reads");
             let v = of(&[read]);
@@ -200,6 +281,60 @@ mod tests {
         };
         assert!(failures(&early(0)).is_empty());
         assert_eq!(failures(&early(3)).len(), 1);
+    }
+
+    #[test]
+    fn chaos_fails_on_a_loss_a_crash_a_ceiling_or_a_slow_hand_over() {
+        let with = |f: &dyn Fn(&mut crate::report::ChaosFigures)| {
+            let mut run = fixtures::chaos();
+            if let RunReport::Chaos(r) = &mut run {
+                f(&mut r.figures.chaos);
+            }
+            failures(&read(&json(&run)).expect("reads"))
+        };
+        assert!(with(&|_| {}).is_empty());
+        let f = with(&|c| c.lost.dead_letters_not_stored = 2);
+        assert_eq!(f, ["2 dead letters never stored"]);
+        let f = with(&|c| {
+            if let Some(k) = c.per_kind.get_mut("relay_kill") {
+                k.duplicates = k.duplicate_ceiling + 1;
+            }
+        });
+        assert_eq!(f.len(), 1);
+        assert!(f[0].starts_with("relay_kill: "), "{f:?}");
+        let f = with(&|c| c.events_role.sigterm_handover_max_ms = Some(1500.0));
+        assert!(f[0].contains("1500 ms after its SIGTERM"), "{f:?}");
+        let f = with(&|c| c.events_role.sigkill_resume_max_ms = Some(7001.0));
+        assert!(f[0].contains("after its SIGKILL"), "{f:?}");
+        let f = with(&|c| {
+            c.crashes.push(crate::report::Crash {
+                at_s: 12.0,
+                process: "events-1".into(),
+                exit_code: Some(1),
+                log: "x.log".into(),
+            })
+        });
+        assert_eq!(
+            f,
+            ["events-1 exited by itself at 12.0 s (exit code 1; log x.log)"]
+        );
+        assert_eq!(with(&|c| c.unattributed_duplicates = 3).len(), 1);
+        // Nothing measured is not a failure (a run without hand-overs).
+        assert!(with(&|c| c.events_role.sigkill_resume_max_ms = None).is_empty());
+    }
+
+    #[test]
+    fn a_chaos_report_without_its_figures_does_not_parse() {
+        for path in [
+            &["chaos", "lost"][..],
+            &["chaos", "per_kind"],
+            &["chaos", "events_role", "sigkill_resume_max_ms"],
+            &["chaos", "crashes"],
+        ] {
+            let field = path[path.len() - 1];
+            let e = read(&fixtures::without(&fixtures::chaos(), path)).expect_err("incomplete");
+            assert!(e.contains(&format!("missing field `{field}`")), "{path:?}: {e}");
+        }
     }
 
     #[test]

@@ -98,3 +98,84 @@ fn steady_beside_the_baseline_delivers_everything_and_writes_the_report() {
     }
     let _ = std::fs::remove_dir_all(&out);
 }
+
+/// `loadtest run chaos` with SIGKILLs of the services only (no broker or PostgreSQL restarts,
+/// which would disturb the other tests on the shared stack): nothing lost, every duplicate
+/// explained and under its kind's ceiling, nothing crashed.
+#[test]
+fn chaos_with_kills_only_loses_nothing_and_bounds_duplicates() {
+    let dir = services_dir();
+    let out = std::env::temp_dir().join(format!("loadtest-chaos-{}", uuid::Uuid::new_v4().simple()));
+    let status = Command::new(env!("CARGO_BIN_EXE_loadtest"))
+        .args([
+            "run",
+            "chaos",
+            "--rate",
+            "50",
+            "--kills-per-service",
+            "2",
+            "--handovers",
+            "0",
+            "--broker-restarts",
+            "0",
+            "--pg-restarts",
+            "0",
+            "--db-outage-s",
+            "0",
+            "--deadline-s",
+            "150",
+            "--out",
+        ])
+        .arg(&out)
+        .env("LOADTEST_SERVICES_DIR", &dir)
+        .stdout(std::process::Stdio::null())
+        .status()
+        .expect("loadtest runs");
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).expect("report.json"))
+            .expect("report.json is JSON");
+    assert!(
+        status.success(),
+        "loadtest run chaos failed: {}",
+        report["verdict"]
+    );
+    assert_eq!(report["scenario"], "chaos");
+    let chaos = &report["chaos"];
+    for (stage, lost) in chaos["lost"].as_object().expect("lost by stage") {
+        assert_eq!(lost, 0, "{stage}: {}", chaos["lost"]);
+    }
+    assert_eq!(
+        chaos["crashes"].as_array().map(Vec::len),
+        Some(0),
+        "{}",
+        chaos["crashes"]
+    );
+    let kinds = chaos["per_kind"].as_object().expect("per kind");
+    for kind in [
+        "relay_kill",
+        "events_role_kill",
+        "retry_role_kill",
+        "dlq_sink_kill",
+    ] {
+        let k = &kinds[kind];
+        assert_eq!(k["faults"], 2, "{kind}: {k}");
+        assert!(
+            k["duplicates"].as_u64() <= k["duplicate_ceiling"].as_u64(),
+            "{kind}: {k}"
+        );
+    }
+    assert_eq!(
+        kinds["dlq_sink_kill"]["duplicates"], 0,
+        "the sink delivers nothing"
+    );
+    assert_eq!(report["lost"], 0);
+    assert_eq!(report["invalid_signatures"], 0);
+    assert_eq!(report["early_retries"], 0);
+    for chart in ["faults-deliveries", "faults-latency", "faults-backlog"] {
+        assert!(
+            out.join("charts").join(format!("{chart}.svg")).exists(),
+            "chart {chart}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&out);
+}

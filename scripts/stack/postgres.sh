@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Project-local PostgreSQL cluster (separate from any distro cluster).
-# Usage: postgres.sh start|stop|status
+# Usage: postgres.sh start|stop [fast|immediate]|status
+#   stop fast (the default) rolls back open transactions and shuts down cleanly; stop immediate
+#   exits without a checkpoint, as a crash would, and the next start runs crash recovery
+#   (failure tests: the load test's chaos scenario).
 set -euo pipefail
 LOG_TAG=postgres
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -134,14 +137,16 @@ start() {
 }
 
 stop() {
+  local mode="${1:-fast}"
+  [[ "$mode" == fast || "$mode" == immediate ]] || die "stop mode must be fast or immediate, not $mode"
   if ! our_pid >/dev/null; then
     log "not running"
     rm -f "$PIDFILE"
     return 0
   fi
   find_pgbin || die "postgres is running but no pg_ctl found"
-  log "stopping (pg_ctl stop -m fast)"
-  if ! as_pg "$PGBIN/pg_ctl" -D "$PGDATA" stop -m fast -w -t 30 >/dev/null; then
+  log "stopping (pg_ctl stop -m $mode)"
+  if ! as_pg "$PGBIN/pg_ctl" -D "$PGDATA" stop -m "$mode" -w -t 30 >/dev/null; then
     stop_pidfile "$PIDFILE" postgres
   fi
   rm -f "$PIDFILE"
@@ -159,6 +164,7 @@ status() {
 }
 
 case "${1:-}" in
-  start | stop | status) "$1" ;;
-  *) die "usage: $0 start|stop|status" ;;
+  start | status) "$1" ;;
+  stop) stop "${2:-fast}" ;;
+  *) die "usage: $0 start|stop [fast|immediate]|status" ;;
 esac

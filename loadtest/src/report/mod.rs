@@ -8,6 +8,7 @@
 //! only sometimes (`baseline`, a phase's `figures`, `median_of_runs`, `runs`) may be absent.
 //! The JSON is written with its keys sorted ([`to_json`]), as it always was.
 
+mod chaos;
 mod relay;
 mod scenario;
 
@@ -15,6 +16,10 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Deserializer, Serialize};
 
+pub use chaos::{
+    ChaosFigures, ChaosLost, ChaosSection, Crash, DrainFigures, FaultRecord, HandoverFigures, KindFigures,
+    Measures, ProducerFigures, Spread,
+};
 pub use relay::{BucketQuantiles, Drain, RelayLatency, RelayReport, RelayUsage};
 pub use scenario::{
     AfterRecovery, BaselineFigures, ClassFigures, Contract, CrashFigures, CrashSection, EarlyRetry,
@@ -61,6 +66,8 @@ pub enum RunReport {
     OutageRecovery(ScenarioReport<OutageSection>),
     #[serde(rename = "crash")]
     Crash(ScenarioReport<CrashSection>),
+    #[serde(rename = "chaos")]
+    Chaos(ScenarioReport<ChaosSection>),
 }
 
 /// `$engine` with `$r` bound to the `ScenarioReport` of whichever engine scenario `$report`
@@ -76,6 +83,7 @@ macro_rules! by_kind {
             RunReport::NoisyNeighbour($r) => $engine,
             RunReport::OutageRecovery($r) => $engine,
             RunReport::Crash($r) => $engine,
+            RunReport::Chaos($r) => $engine,
         }
     };
 }
@@ -92,6 +100,7 @@ impl RunReport {
             Self::NoisyNeighbour(_) => "noisy-neighbour",
             Self::OutageRecovery(_) => "outage-recovery",
             Self::Crash(_) => "crash",
+            Self::Chaos(_) => "chaos",
         }
     }
 
@@ -410,6 +419,96 @@ pub mod fixtures {
         })
     }
 
+    pub fn spread(ms: f64) -> Spread {
+        Spread {
+            p50: Some(ms),
+            max: Some(ms),
+            faults: 1,
+        }
+    }
+
+    /// A clean chaos run: one relay kill within its ceiling, hand-overs within their limits.
+    pub fn chaos() -> RunReport {
+        let kind = KindFigures {
+            faults: 1,
+            lost: 0,
+            duplicates: 4,
+            duplicate_ceiling: 40,
+            duplicates_max_per_fault: 4,
+            duplicates_in_window: 4,
+            reshipped_events: 1,
+            reshipped_ceiling: 1000,
+            resume_ms: spread(900.0),
+            resume_measures: "m".into(),
+            first_delivery_ms: spread(900.0),
+            retry_late_ms: Spread::default(),
+            dead_letter_stored_ms: spread(20.0),
+            commits_blocked_ms: spread(5.0),
+        };
+        RunReport::Chaos(ScenarioReport {
+            contract: contract(),
+            figures: ChaosSection {
+                chaos: Box::new(ChaosFigures {
+                    seed: 1,
+                    rate_per_s: 200,
+                    topology: BTreeMap::from([("relay".to_string(), 2)]),
+                    fault_every_min_s: 1.0,
+                    fault_every_max_s: 3.0,
+                    db_outage_s: 30,
+                    producer: ProducerFigures {
+                        committed: 10,
+                        not_committed: 0,
+                        in_doubt: 0,
+                    },
+                    lost: ChaosLost {
+                        events_not_shipped: 0,
+                        deliveries: 0,
+                        rejections_not_dead_lettered: 0,
+                        dead_letters_not_stored: 0,
+                        dead_letters_stored_twice: 0,
+                    },
+                    per_kind: BTreeMap::from([("relay_kill".to_string(), kind)]),
+                    unattributed_duplicates: 0,
+                    retries_exhausted: 0,
+                    drain: DrainFigures {
+                        deliveries_s: Some(30.0),
+                        deliveries_deadline_s: 180,
+                        dead_letters_s: Some(40.0),
+                        dead_letters_backlog: 100,
+                    },
+                    unattributed_examples: Vec::new(),
+                    crashes: Vec::new(),
+                    events_role: HandoverFigures {
+                        sigkill_resume_max_ms: Some(6100.0),
+                        sigkill_limit_ms: 7000.0,
+                        interleaved_sigkill_resume_max_ms: Some(6500.0),
+                        sigterm_handover_max_ms: Some(400.0),
+                        sigterm_limit_ms: 1000.0,
+                        unclean_exits: 0,
+                    },
+                    measures: Measures {
+                        duplicates: "d".into(),
+                        ceilings: "c".into(),
+                        resume: "r".into(),
+                        lost: "l".into(),
+                    },
+                    faults: vec![FaultRecord {
+                        kind: "relay_kill".into(),
+                        at_s: 10.0,
+                        target: Some("relay-0".into()),
+                        took_ms: 12.0,
+                        resume_ms: Some(900.0),
+                        duplicates: 4,
+                        duplicate_ceiling: 40,
+                        reshipped_events: 1,
+                    }],
+                }),
+            },
+            baseline: None,
+            machine: machine(),
+        })
+    }
+
     /// `report` as JSON with the key at `path` removed (objects only).
     pub fn without(report: &impl Serialize, path: &[&str]) -> String {
         let mut v = serde_json::to_value(report).expect("a fixture serialises");
@@ -438,7 +537,7 @@ mod tests {
 
     #[test]
     fn every_kind_of_report_reads_back_as_written() {
-        for run in [steady(), outage(100.0), relay([0, 0])] {
+        for run in [steady(), outage(100.0), relay([0, 0]), chaos()] {
             let json = to_json(&run).expect("serialises");
             let back: RunReport = serde_json::from_str(&json).expect("reads back");
             assert_eq!(to_json(&back).expect("serialises"), json);
