@@ -140,39 +140,75 @@ pub async fn prune(pool: &PgPool, before: DateTime<Utc>, batch: i64) -> Result<u
 
 /// Stores a dead letter; returns its id, or `None` when this DLQ record was stored before.
 pub async fn insert(pool: &PgPool, d: &NewDeadLetter) -> Result<Option<i64>, StoreError> {
-    let origin = d.origin.as_ref();
-    let id: Option<i64> = sqlx::query_scalar(
+    Ok(insert_many(pool, std::slice::from_ref(d)).await?.remove(0))
+}
+
+/// Rows per statement: 19 parameters each, under PostgreSQL's 65,535.
+pub const MAX_ROWS_PER_INSERT: usize = 1_000;
+
+/// Stores dead letters in one statement (one commit); returns, per row in order, its id or
+/// `None` when that DLQ record was stored before (the same record twice in `rows` is stored
+/// once). At most `MAX_ROWS_PER_INSERT` rows.
+pub async fn insert_many(pool: &PgPool, rows: &[NewDeadLetter]) -> Result<Vec<Option<i64>>, StoreError> {
+    if rows.is_empty() {
+        return Ok(Vec::new());
+    }
+    if rows.len() > MAX_ROWS_PER_INSERT {
+        return Err(StoreError::Invalid(format!(
+            "{} dead letters in one insert, at most {MAX_ROWS_PER_INSERT}",
+            rows.len()
+        )));
+    }
+    let mut q = QueryBuilder::<Postgres>::new(
         "INSERT INTO hookstream.dead_letters
             (tenant_id, endpoint_id, event_id, event_type, reason, error_class, last_status, attempts,
              first_attempt_at, dead_at, source_topic, source_partition, source_offset,
-             origin_topic, origin_partition, origin_offset, event, raw, last_response)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)
-         ON CONFLICT (source_topic, source_partition, source_offset) DO NOTHING
-         RETURNING id",
-    )
-    .bind(d.tenant_id)
-    .bind(d.endpoint_id)
-    .bind(d.event_id)
-    .bind(clean(&d.event_type, MAX_LABEL_CHARS))
-    .bind(clean(&d.reason, MAX_REASON_CHARS))
-    .bind(clean(&d.error_class, MAX_LABEL_CHARS))
-    .bind(d.last_status)
-    .bind(d.attempts)
-    .bind(d.first_attempt_at)
-    .bind(d.dead_at)
-    .bind(clean(&d.source.topic, MAX_LABEL_CHARS * 2))
-    .bind(d.source.partition)
-    .bind(d.source.offset)
-    .bind(origin.map(|o| clean(&o.topic, MAX_LABEL_CHARS * 2)))
-    .bind(origin.map(|o| o.partition))
-    .bind(origin.map(|o| o.offset))
-    .bind(d.event.as_deref())
-    .bind(d.raw.as_deref())
-    .bind(d.last_response.as_deref())
-    .fetch_optional(pool)
-    .await
-    .map_err(StoreError::from_db)?;
-    Ok(id)
+             origin_topic, origin_partition, origin_offset, event, raw, last_response) ",
+    );
+    q.push_values(rows, |mut b, d| {
+        let origin = d.origin.as_ref();
+        b.push_bind(d.tenant_id)
+            .push_bind(d.endpoint_id)
+            .push_bind(d.event_id)
+            .push_bind(clean(&d.event_type, MAX_LABEL_CHARS))
+            .push_bind(clean(&d.reason, MAX_REASON_CHARS))
+            .push_bind(clean(&d.error_class, MAX_LABEL_CHARS))
+            .push_bind(d.last_status)
+            .push_bind(d.attempts)
+            .push_bind(d.first_attempt_at)
+            .push_bind(d.dead_at)
+            .push_bind(clean(&d.source.topic, MAX_LABEL_CHARS * 2))
+            .push_bind(d.source.partition)
+            .push_bind(d.source.offset)
+            .push_bind(origin.map(|o| clean(&o.topic, MAX_LABEL_CHARS * 2)))
+            .push_bind(origin.map(|o| o.partition))
+            .push_bind(origin.map(|o| o.offset))
+            .push_bind(d.event.as_deref())
+            .push_bind(d.raw.as_deref())
+            .push_bind(d.last_response.as_deref());
+    });
+    q.push(
+        " ON CONFLICT (source_topic, source_partition, source_offset) DO NOTHING
+         RETURNING id, source_topic, source_partition, source_offset",
+    );
+    let stored: Vec<(i64, String, i32, i64)> = q
+        .build_query_as()
+        .fetch_all(pool)
+        .await
+        .map_err(StoreError::from_db)?;
+    let mut ids: std::collections::HashMap<(String, i32, i64), i64> =
+        stored.into_iter().map(|(id, t, p, o)| ((t, p, o), id)).collect();
+    // The first row of a position gets the id; a repeat within the batch was a duplicate.
+    Ok(rows
+        .iter()
+        .map(|d| {
+            ids.remove(&(
+                clean(&d.source.topic, MAX_LABEL_CHARS * 2),
+                d.source.partition,
+                d.source.offset,
+            ))
+        })
+        .collect())
 }
 
 fn push_filter<'a>(q: &mut QueryBuilder<'a, Postgres>, f: &'a Filter) {

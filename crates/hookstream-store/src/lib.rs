@@ -6,6 +6,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod batch;
 pub mod dead_letters;
 pub mod endpoints;
 pub mod filter;

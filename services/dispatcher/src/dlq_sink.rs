@@ -3,7 +3,10 @@
 //! them. It runs inside each dispatcher process that has the `dlq_sink` role (the group
 //! shares the partitions).
 //!
-//! A record's offset is stored only after its row is committed (invariant 1); while the
+//! Rows are written in batches (`hookstream_store::batch`: whatever gathered while the last
+//! batch was written goes in one statement and one commit), so the sink stores thousands of
+//! dead letters per second, not the few hundred of a commit per row. A record's offset is
+//! stored only after the batch holding its row is committed (invariant 1); while the
 //! database is down the sink keeps retrying with backoff and never skips a record (at most
 //! `MAX_IN_FLIGHT` records wait at once; then its partitions wait in Kafka). Records that are
 //! not valid dead letters are stored too, as class `decode` with their raw bytes; nothing on
@@ -19,6 +22,7 @@ use chrono::{DateTime, Utc};
 use hookstream_config::{ConfigError, Validate};
 use hookstream_kafka::{Done, Fatal, Handler, Record, Start};
 use hookstream_proto::{DeadLetter, Message as _};
+use hookstream_store::batch::{Batcher, Refused};
 use hookstream_store::dead_letters::{self, NewDeadLetter, Position};
 use hookstream_store::sqlx::PgPool;
 use hookstream_store::StoreError;
@@ -28,8 +32,11 @@ use uuid::Uuid;
 
 use crate::DispatcherMetrics;
 
-/// Records being stored at once.
-pub(crate) const MAX_IN_FLIGHT: usize = 64;
+/// Records being stored at once (each holds its event: up to the largest event a producer
+/// may enqueue).
+pub(crate) const MAX_IN_FLIGHT: usize = 512;
+/// Rows written in one statement.
+pub(crate) const BATCH_ROWS: usize = 256;
 /// Most of a last response kept in the table.
 const MAX_RESPONSE_BYTES: usize = 64 * 1024;
 
@@ -118,9 +125,24 @@ pub(crate) async fn prune_loop(
     }
 }
 
+/// Writes dead letters in batches: the sink submits rows to it, one writer stores them.
+pub(crate) type DeadLetterWriter = Batcher<NewDeadLetter, Option<i64>>;
+
+/// The writer of the sink's rows, and the task that writes them (it ends when the sink, the
+/// last holder of the handle, is dropped).
+pub(crate) fn writer(pool: PgPool) -> (DeadLetterWriter, impl std::future::Future<Output = ()> + Send) {
+    Batcher::new(BATCH_ROWS, move |rows: Vec<NewDeadLetter>| {
+        let pool = pool.clone();
+        async move {
+            let result = dead_letters::insert_many(&pool, &rows).await;
+            (rows, result)
+        }
+    })
+}
+
 /// The sink: a handler for the tracked consumer of the DLQ topic.
 pub(crate) struct DlqSink {
-    pub(crate) pool: PgPool,
+    pub(crate) writer: DeadLetterWriter,
     pub(crate) metrics: DispatcherMetrics,
     pub(crate) shutdown: CancellationToken,
 }
@@ -147,55 +169,58 @@ impl Handler for DlqSink {
     }
 
     async fn run(self: Arc<Self>, work: SinkWork) -> Result<Done, Fatal> {
-        Ok(
-            if store(&self.pool, &self.metrics, work.row, &work.payload, &self.shutdown).await {
-                Done::Finished
-            } else {
-                Done::Unfinished
-            },
+        store(
+            &self.writer,
+            &self.metrics,
+            work.row,
+            &work.payload,
+            &self.shutdown,
         )
+        .await
     }
 }
 
-/// Stores one row, retrying with backoff until it is committed; false only when shutdown
-/// came first (the offset then stays unstored and the record is read again).
+/// Stores one row, retrying with backoff until it is committed. `Unfinished` only when
+/// shutdown came first (the offset then stays unstored and the record is read again).
 async fn store(
-    pool: &PgPool,
+    writer: &DeadLetterWriter,
     metrics: &DispatcherMetrics,
     mut row: NewDeadLetter,
     payload: &[u8],
     shutdown: &CancellationToken,
-) -> bool {
+) -> Result<Done, Fatal> {
     let mut backoff = Duration::from_millis(200);
     loop {
-        match dead_letters::insert(pool, &row).await {
+        row = match writer.submit(row).await {
             Ok(id) => {
                 let result = if id.is_some() { "stored" } else { "duplicate" };
                 metrics.dlq_stored.with_label_values(&[result]).inc();
-                return true;
+                return Ok(Done::Finished);
             }
             // The database refuses the values themselves (a date out of range, say): retrying
             // would never succeed, so keep the record as poison, with all its bytes.
-            Err(StoreError::Invalid(why)) if row.raw.as_deref() != Some(payload) => {
+            Err(Refused::Invalid(why, row)) if row.raw.as_deref() != Some(payload) => {
                 tracing::warn!(error = %why, topic = %row.source.topic, partition = row.source.partition,
                     offset = row.source.offset, "dead letter refused by the database, storing it as raw bytes");
-                row = poison(
+                poison(
                     payload,
                     row.source,
                     format!("dead-letter record could not be stored as is: {why}"),
                     row.dead_at,
-                );
+                )
             }
-            Err(e) => {
+            Err(Refused::Invalid(why, row)) | Err(Refused::Unavailable(why, row)) => {
                 metrics.dlq_store_errors.inc();
-                tracing::warn!(error = %e, retry_in_ms = backoff.as_millis() as u64,
+                tracing::warn!(error = %why, retry_in_ms = backoff.as_millis() as u64,
                     "cannot store a dead letter, retrying");
                 tokio::select! {
                     _ = tokio::time::sleep(backoff) => {}
-                    _ = shutdown.cancelled() => return false,
+                    _ = shutdown.cancelled() => return Ok(Done::Unfinished),
                 }
                 backoff = (backoff * 2).min(Duration::from_secs(30));
+                row
             }
+            Err(Refused::Closed) => return Err(Fatal("the dead-letter writer stopped".into())),
         }
     }
 }

@@ -176,8 +176,13 @@ pub async fn run(
             vec![cfg.kafka.topics.dlq.clone()],
             dlq_sink::MAX_IN_FLIGHT,
         );
+        let (writer, write_rows) = dlq_sink::writer(pool.clone());
+        sup.spawn("dead-letter writer", async move {
+            write_rows.await;
+            Ok::<(), std::convert::Infallible>(())
+        });
         let handler = Arc::new(dlq_sink::DlqSink {
-            pool: pool.clone(),
+            writer,
             metrics: metrics.clone(),
             shutdown: shutdown.clone(),
         });

@@ -1,0 +1,210 @@
+//! Group writes: many tasks each submit one row and wait for its own result, while one writer
+//! stores whatever has gathered in a single statement. A commit per row costs a round trip and
+//! a WAL flush; a commit per batch shares them, so a sink keeps up with thousands of rows per
+//! second where row-at-a-time managed a few hundred.
+//!
+//! Batches form greedily: the writer takes the first waiting row, then every row already
+//! queued behind it (up to `max_rows`), and writes. No row waits for a batch to fill: while one
+//! batch is being written the next one gathers. A batch the database refuses as invalid is
+//! written again row by row, so one bad row fails alone. Any other failure is handed back to
+//! every submitter of the batch with its row, and each decides whether to retry (they own the
+//! backoff and the shutdown). The writer stops when every `Batcher` handle is dropped: rows
+//! submitted before that are always answered.
+
+use std::future::Future;
+
+use tokio::sync::{mpsc, oneshot};
+
+use crate::StoreError;
+
+/// Why a submitted row was not written; the row comes back when the caller may retry it.
+#[derive(Debug, thiserror::Error)]
+pub enum Refused<T> {
+    /// The database refused this row's values (retrying it as is will not help).
+    #[error("{0}")]
+    Invalid(String, T),
+    /// The batch failed for a reason that may pass (the database is down, a timeout).
+    #[error("{0}")]
+    Unavailable(String, T),
+    /// The writer is gone: it stopped or was dropped while rows were waiting.
+    #[error("batch writer stopped")]
+    Closed,
+}
+
+type Reply<T, R> = oneshot::Sender<Result<R, Refused<T>>>;
+
+/// A handle that submits rows to one writer. Cheap to clone.
+pub struct Batcher<T, R> {
+    tx: mpsc::Sender<(T, Reply<T, R>)>,
+}
+
+impl<T, R> Clone for Batcher<T, R> {
+    fn clone(&self) -> Self {
+        Self { tx: self.tx.clone() }
+    }
+}
+
+impl<T: Send + 'static, R: Send + 'static> Batcher<T, R> {
+    /// A handle and the writer to run (spawn or supervise it). `write` stores a batch and
+    /// returns one result per row, in order. At most `max_rows` rows go in one call, and at
+    /// most `max_rows` more wait behind it.
+    pub fn new<W, Fut>(max_rows: usize, write: W) -> (Self, impl Future<Output = ()> + Send)
+    where
+        W: Fn(Vec<T>) -> Fut + Send + 'static,
+        Fut: Future<Output = (Vec<T>, Result<Vec<R>, StoreError>)> + Send,
+    {
+        let max_rows = max_rows.max(1);
+        let (tx, rx) = mpsc::channel(max_rows);
+        (Self { tx }, writer(rx, max_rows, write))
+    }
+
+    /// Submits a row and waits until it is written (or refused).
+    pub async fn submit(&self, row: T) -> Result<R, Refused<T>> {
+        let (reply, answer) = oneshot::channel();
+        if self.tx.send((row, reply)).await.is_err() {
+            return Err(Refused::Closed);
+        }
+        // No answer: the writer was dropped (say, aborted) with the row.
+        answer.await.unwrap_or(Err(Refused::Closed))
+    }
+}
+
+async fn writer<T, R, W, Fut>(mut rx: mpsc::Receiver<(T, Reply<T, R>)>, max_rows: usize, write: W)
+where
+    W: Fn(Vec<T>) -> Fut,
+    Fut: Future<Output = (Vec<T>, Result<Vec<R>, StoreError>)>,
+{
+    let mut pending = Vec::with_capacity(max_rows);
+    while rx.recv_many(&mut pending, max_rows).await > 0 {
+        let (rows, replies): (Vec<T>, Vec<Reply<T, R>>) = pending.drain(..).unzip();
+        let (rows, result) = write(rows).await;
+        match result {
+            Ok(results) if results.len() == rows.len() => {
+                for (reply, r) in replies.into_iter().zip(results) {
+                    let _ = reply.send(Ok(r));
+                }
+            }
+            Ok(results) => {
+                let why = format!(
+                    "batch write returned {} results for {} rows",
+                    results.len(),
+                    rows.len()
+                );
+                answer_all(rows, replies, |row| Refused::Unavailable(why.clone(), row));
+            }
+            Err(StoreError::Invalid(why)) if rows.len() == 1 => {
+                answer_all(rows, replies, |row| Refused::Invalid(why.clone(), row));
+            }
+            // One row spoils the statement: write them one by one so it fails alone.
+            Err(StoreError::Invalid(_)) => {
+                for (row, reply) in rows.into_iter().zip(replies) {
+                    let (mut back, result) = write(vec![row]).await;
+                    let answer = match (result, back.pop()) {
+                        (Ok(mut r), _) if r.len() == 1 => Ok(r.remove(0)),
+                        (Err(StoreError::Invalid(why)), Some(row)) => Err(Refused::Invalid(why, row)),
+                        (Err(e), Some(row)) => Err(Refused::Unavailable(e.to_string(), row)),
+                        (Ok(_), Some(row)) => {
+                            Err(Refused::Unavailable("batch write returned no result".into(), row))
+                        }
+                        (_, None) => Err(Refused::Closed),
+                    };
+                    let _ = reply.send(answer);
+                }
+            }
+            Err(e) => {
+                let why = e.to_string();
+                answer_all(rows, replies, |row| Refused::Unavailable(why.clone(), row));
+            }
+        }
+    }
+}
+
+fn answer_all<T, R>(rows: Vec<T>, replies: Vec<Reply<T, R>>, refuse: impl Fn(T) -> Refused<T>) {
+    for (row, reply) in rows.into_iter().zip(replies) {
+        let _ = reply.send(Err(refuse(row)));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    use super::*;
+
+    /// Writes even numbers; a batch holding an odd one is refused as invalid.
+    fn evens(
+        calls: Arc<AtomicUsize>,
+    ) -> impl Fn(Vec<u32>) -> std::future::Ready<(Vec<u32>, Result<Vec<u32>, StoreError>)> {
+        move |rows: Vec<u32>| {
+            calls.fetch_add(1, Ordering::SeqCst);
+            let result = if rows.iter().any(|r| r % 2 == 1) {
+                Err(StoreError::Invalid("odd".into()))
+            } else {
+                Ok(rows.iter().map(|r| r * 10).collect())
+            };
+            std::future::ready((rows, result))
+        }
+    }
+
+    #[tokio::test]
+    async fn rows_submitted_together_share_a_write_and_each_gets_its_own_answer() {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let (batcher, writer) = Batcher::new(64, evens(calls.clone()));
+        let submits: Vec<_> = (0..64u32)
+            .map(|i| {
+                let b = batcher.clone();
+                tokio::spawn(async move { b.submit(i * 2).await.map_err(|r| r.to_string()) })
+            })
+            .collect();
+        drop(batcher);
+        let writer = tokio::spawn(writer);
+        for (i, s) in submits.into_iter().enumerate() {
+            assert_eq!(s.await.unwrap(), Ok(i as u32 * 20));
+        }
+        writer.await.unwrap();
+        let n = calls.load(Ordering::SeqCst);
+        assert!(n < 64, "64 rows took {n} writes: not batched");
+    }
+
+    #[tokio::test]
+    async fn an_invalid_row_fails_alone_and_comes_back() {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let (batcher, writer) = Batcher::new(16, evens(calls));
+        let submits: Vec<_> = [2u32, 3, 4]
+            .into_iter()
+            .map(|i| {
+                let b = batcher.clone();
+                tokio::spawn(async move { b.submit(i).await })
+            })
+            .collect();
+        drop(batcher);
+        // Start the writer only now, so all three rows are in one batch.
+        tokio::task::yield_now().await;
+        let writer = tokio::spawn(writer);
+        let mut answers = Vec::new();
+        for s in submits {
+            answers.push(s.await.unwrap());
+        }
+        writer.await.unwrap();
+        assert_eq!(answers[0].as_ref().ok(), Some(&20));
+        assert!(
+            matches!(answers[1], Err(Refused::Invalid(_, 3))),
+            "{:?}",
+            answers[1]
+        );
+        assert_eq!(answers[2].as_ref().ok(), Some(&40));
+    }
+
+    #[tokio::test]
+    async fn an_unavailable_database_hands_every_row_back() {
+        let (batcher, writer) = Batcher::new(8, |rows: Vec<u32>| {
+            std::future::ready((rows, Err::<Vec<u32>, _>(StoreError::Connect("down".into()))))
+        });
+        let writer = tokio::spawn(writer);
+        let refused = batcher.submit(7).await;
+        assert!(matches!(refused, Err(Refused::Unavailable(_, 7))), "{refused:?}");
+        drop(batcher);
+        writer.await.unwrap();
+    }
+}
