@@ -132,10 +132,10 @@ mod tests {
 
     use super::*;
 
+    type Written = std::future::Ready<(Vec<u32>, Result<Vec<u32>, StoreError>)>;
+
     /// Writes even numbers; a batch holding an odd one is refused as invalid.
-    fn evens(
-        calls: Arc<AtomicUsize>,
-    ) -> impl Fn(Vec<u32>) -> std::future::Ready<(Vec<u32>, Result<Vec<u32>, StoreError>)> {
+    fn evens(calls: Arc<AtomicUsize>) -> impl Fn(Vec<u32>) -> Written {
         move |rows: Vec<u32>| {
             calls.fetch_add(1, Ordering::SeqCst);
             let result = if rows.iter().any(|r| r % 2 == 1) {

@@ -51,12 +51,17 @@ async fn a_batch_stores_each_record_once_and_says_which_were_new() {
     again.push(letter(700));
     let ids = dead_letters::insert_many(&env.pool, &again).await.unwrap();
     assert_eq!(ids.len(), 501);
-    assert!(ids[..250].iter().all(Option::is_none), "stored before: duplicates");
+    assert!(
+        ids[..250].iter().all(Option::is_none),
+        "stored before: duplicates"
+    );
     assert!(ids[250..500].iter().all(Option::is_some), "new: stored");
     assert_eq!(ids[500], None, "the second copy within a batch is a duplicate");
     assert_eq!(rows(&env).await, 750);
 
-    let too_many: Vec<_> = (0..(dead_letters::MAX_ROWS_PER_INSERT as i64 + 1)).map(letter).collect();
+    let too_many: Vec<_> = (0..(dead_letters::MAX_ROWS_PER_INSERT as i64 + 1))
+        .map(letter)
+        .collect();
     assert!(dead_letters::insert_many(&env.pool, &too_many).await.is_err());
 }
 
