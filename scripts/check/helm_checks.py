@@ -10,6 +10,7 @@ Usage: helm_checks.py RENDERED.yaml [BIN_DIR]
 - each pod gets more termination grace than its process drains for;
 - every file a config names under /etc/hookstream is mounted in the pod that reads it;
 - security context, probes, commands and the config checksum of every workload;
+- a NetworkPolicy open to the internet excepts the private and link-local ranges;
 - TriggerAuthentication (no offline schema for it) has the shape KEDA expects;
 - with BIN_DIR (the built dispatcher, outbox-relay and hookstream), every rendered config
   file is loaded by the real configuration loader: unknown keys or values that cannot work
@@ -182,6 +183,25 @@ def check_scaling(docs, files):
     return scaled
 
 
+PRIVATE = {"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16", "100.64.0.0/10", "127.0.0.0/8"}
+
+
+def check_network_policy(docs):
+    """An egress rule open to the internet must except the private and link-local ranges."""
+    for d in docs:
+        if d["kind"] != "NetworkPolicy":
+            continue
+        for rule in d["spec"].get("egress", []):
+            for peer in rule.get("to", []):
+                block = peer.get("ipBlock", {})
+                if block.get("cidr") == "0.0.0.0/0":
+                    missing = PRIVATE - set(block.get("except", []))
+                    if missing:
+                        fail(f"NetworkPolicy {d['metadata']['name']}: egress to 0.0.0.0/0 does not except {sorted(missing)}")
+                if block.get("cidr") == "::/0" and not {"fc00::/7", "fe80::/10", "::1/128"} <= set(block.get("except", [])):
+                    fail(f"NetworkPolicy {d['metadata']['name']}: egress to ::/0 does not except fc00::/7, fe80::/10, ::1/128")
+
+
 def check_with_binaries(files, bin_dir):
     """Loads each rendered file with the real services' configuration loaders."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -229,6 +249,7 @@ def main():
     files = configmaps(docs)
     check_workloads(docs, files)
     check_scaling(docs, files)
+    check_network_policy(docs)
     if len(sys.argv) > 2:
         check_with_binaries(files, sys.argv[2])
     return 1 if failures else 0
