@@ -107,8 +107,12 @@ def check_workloads(docs, files):
                 continue
             cfg = files[cfile][1]
             mounts = [m["mountPath"] for m in c.get("volumeMounts", [])]
+            for m in mounts:
+                for other in mounts:
+                    if m != other and m.startswith(other.rstrip("/") + "/"):
+                        fail(f"{name}/{c['name']}: volume mounted at {m} is nested inside the one at {other}")
             for p in paths_in(cfg):
-                if not any(p.startswith(m.rstrip("/") + "/") for m in mounts if m != "/etc/hookstream"):
+                if not any(p.startswith(m.rstrip("/") + "/") for m in mounts if m != "/etc/hookstream/config"):
                     fail(f"{name}/{c['name']}: {cfile} names {p}, which no secret volume provides")
             if d["kind"] == "Deployment":
                 if "checksum/config" not in d["spec"]["template"]["metadata"].get("annotations", {}):

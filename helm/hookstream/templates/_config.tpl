@@ -50,7 +50,7 @@ integers (float keys such as retry.jitter take integers too), strings as JSON st
 
 {{/* Where the chart mounts things. */}}
 {{- define "hookstream.paths" -}}
-config: /etc/hookstream
+config: /etc/hookstream/config
 kafkaCa: /etc/hookstream/kafka-ca/ca.crt
 kafkaCert: /etc/hookstream/kafka-client/tls.crt
 kafkaKey: /etc/hookstream/kafka-client/tls.key

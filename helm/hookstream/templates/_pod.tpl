@@ -1,6 +1,7 @@
 {{/*
 Pieces of every pod: volumes and mounts for the config file and the mounted secrets, the
-database URL variable. Call with (dict "root" $ "hook" bool "kafka" bool "db" bool
+database URL variable. Each volume has its own directory under /etc/hookstream (none is
+mounted inside another: the kubelet rewrites a ConfigMap volume's directory on updates). Call with (dict "root" $ "hook" bool "kafka" bool "db" bool
 "sealing" bool "configMap" name): which secrets this pod needs.
 */}}
 
@@ -87,7 +88,7 @@ database URL variable. Call with (dict "root" $ "hook" bool "kafka" bool "db" bo
 {{- $root := .root }}
 {{- $v := $root.Values }}
 - name: config
-  mountPath: /etc/hookstream
+  mountPath: /etc/hookstream/config
   readOnly: true
 - name: tmp
   mountPath: /tmp
