@@ -14,6 +14,28 @@ psql -qAt "$HOOKSTREAM_TEST_DATABASE_URL" -c \
   "SELECT 'DROP DATABASE ' || quote_ident(datname) || ';' FROM pg_database WHERE datname LIKE 'hs\_test\_%'" \
   | psql -q "$HOOKSTREAM_TEST_DATABASE_URL" >/dev/null || true
 
+export HOOKSTREAM_TEST_KAFKA_TLS_DIR="$DATA_DIR/kafka/tls"
+
 cd "$REPO_ROOT"
+# The deployment checks' tools (helm takes minutes to build the first time) build meanwhile.
+CHECK_LOG_DIR="$LOG_DIR/checks"
+mkdir -p "$CHECK_LOG_DIR"
+bash scripts/check/tools.sh >"$CHECK_LOG_DIR/tools.log" 2>&1 &
+tools_pid=$!
+
 log "running the test suite"
-cargo test --workspace --all-targets --no-fail-fast "$@"
+status=0
+cargo test --workspace --all-targets --no-fail-fast "$@" || status=$?
+
+# Deployment files, validated offline against the real loaders (the binaries just built).
+wait "$tools_pid" || { tail -n 30 "$CHECK_LOG_DIR/tools.log" >&2; die "could not install the check tools, see $CHECK_LOG_DIR/tools.log"; }
+for check in scripts/check/*.sh; do
+  [[ "$(basename "$check")" == tools.sh ]] && continue
+  log "check: $check"
+  if ! HOOKSTREAM_BIN_DIR="$REPO_ROOT/target/debug" bash "$check" >"$CHECK_LOG_DIR/$(basename "$check" .sh).log" 2>&1; then
+    tail -n 40 "$CHECK_LOG_DIR/$(basename "$check" .sh).log" >&2
+    log "FAILED: $check (log: $CHECK_LOG_DIR/$(basename "$check" .sh).log)"
+    status=1
+  fi
+done
+exit "$status"

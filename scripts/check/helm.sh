@@ -16,8 +16,6 @@ CHART="$REPO_ROOT/helm/hookstream"
 SCHEMAS="$(cd "$REPO_ROOT/.." && pwd)/shared/schemas"
 CACHE="${HOME}/.cache/hookstream"
 BIN="$CACHE/bin"
-HELM_VERSION=v3.22.0
-KUBECONFORM_VERSION=v0.8.0
 KUBE_VERSION=1.31.0
 
 failures=()
@@ -28,15 +26,7 @@ failed() { printf '  FAIL: %s\n' "$*"; failures+=("$*"); }
   { echo "helm.sh: offline schemas not found at $SCHEMAS" >&2; exit 1; }
 
 # ---- tools -------------------------------------------------------------------------------
-mkdir -p "$BIN"
-if [[ ! -x "$BIN/helm" ]]; then
-  note "building helm $HELM_VERSION into $BIN (several minutes, once)"
-  GOBIN="$BIN" go install "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
-fi
-if [[ ! -x "$BIN/kubeconform" ]]; then
-  note "building kubeconform $KUBECONFORM_VERSION into $BIN"
-  GOBIN="$BIN" go install "github.com/yannh/kubeconform/cmd/kubeconform@$KUBECONFORM_VERSION"
-fi
+bash "$REPO_ROOT/scripts/check/tools.sh" >/dev/null # installs helm and kubeconform once
 HELM="$BIN/helm"
 KUBECONFORM="$BIN/kubeconform"
 

@@ -23,6 +23,9 @@ pub const SSL_MODES: &[&str] = &[
 pub struct DatabaseConfig {
     /// `postgres://user:password@host:port/database?…` (a password here is never logged).
     pub url: String,
+    /// A file holding the password (a mounted secret), read at connect time; it overrides a
+    /// password in `url`, so the URL itself can live in plain configuration.
+    pub password_file: Option<PathBuf>,
     /// This service's connection pool.
     pub max_connections: u32,
     /// Run the embedded migrations at start-up (safe with several instances: sqlx takes a lock).
@@ -46,6 +49,7 @@ impl Default for DatabaseConfig {
     fn default() -> Self {
         Self {
             url: "postgres://postgres@127.0.0.1:5432/hookstream".into(),
+            password_file: None,
             max_connections: 10,
             migrate_on_start: true,
             ssl_mode: None,
@@ -62,6 +66,23 @@ impl DatabaseConfig {
     /// The URL with its password masked, for messages and logs.
     pub fn redacted_url(&self) -> String {
         redact_password(&self.url)
+    }
+
+    /// The password from `password_file` (trailing newline dropped), if one is named.
+    pub fn file_password(&self) -> Result<Option<String>, ConfigError> {
+        self.password_file
+            .as_ref()
+            .map(|p| {
+                std::fs::read_to_string(p)
+                    .map(|s| s.trim_end_matches(['\n', '\r']).to_string())
+                    .map_err(|e| {
+                        ConfigError::new(format!(
+                            "database.password_file: cannot read {}: {e}",
+                            p.display()
+                        ))
+                    })
+            })
+            .transpose()
     }
 }
 
@@ -90,6 +111,7 @@ impl std::fmt::Debug for DatabaseConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DatabaseConfig")
             .field("url", &self.redacted_url())
+            .field("password_file", &self.password_file)
             .field("max_connections", &self.max_connections)
             .field("migrate_on_start", &self.migrate_on_start)
             .field("ssl_mode", &self.ssl_mode)
@@ -123,6 +145,7 @@ impl Validate for DatabaseConfig {
             }
         }
         for (key, path) in [
+            ("database.password_file", &self.password_file),
             ("database.ssl_root_cert", &self.ssl_root_cert),
             ("database.ssl_client_cert", &self.ssl_client_cert),
             ("database.ssl_client_key", &self.ssl_client_key),

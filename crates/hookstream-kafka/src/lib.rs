@@ -17,7 +17,7 @@ pub use config::{client_config, consumer_config, producer_config};
 pub use consumer::{ConsumerError, ConsumerSettings, Done, Fatal, Handler, Record, Start};
 pub use handoff::{produce_until_acked, HandoffError};
 pub use lag::ConsumerMetrics;
-pub use probe::{probe, ProbeError};
+pub use probe::{probe, probe_at_start, ProbeError, PROBE_TIMEOUT};
 pub use rdkafka;
 pub use topics::{ensure_topics, TopicError, TopicSpec};
 pub use tracker::OffsetTracker;

@@ -4,13 +4,14 @@
 //! retries quietly for ever.
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use hookstream_config::KafkaConfig;
 use rdkafka::client::ClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::KafkaError;
 use rdkafka::types::RDKafkaErrorCode;
+use tokio_util::sync::CancellationToken;
 
 /// Why Kafka cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -57,6 +58,18 @@ impl ClientContext for Seen {
 
 impl ConsumerContext for Seen {}
 
+/// How long a service waits at start for Kafka to answer before giving up.
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// The start-up check every service runs: `probe` within `PROBE_TIMEOUT`, unless `shutdown`
+/// comes first (then `Ok(false)`: the service should stop without starting).
+pub async fn probe_at_start(cfg: &KafkaConfig, shutdown: &CancellationToken) -> Result<bool, ProbeError> {
+    tokio::select! {
+        probed = probe(cfg, PROBE_TIMEOUT) => probed.map(|()| true),
+        _ = shutdown.cancelled() => Ok(false),
+    }
+}
+
 /// Connects with the service's own settings and fetches the cluster's metadata within
 /// `timeout`. Blocking work runs off the runtime's worker threads.
 pub async fn probe(cfg: &KafkaConfig, timeout: Duration) -> Result<(), ProbeError> {
@@ -66,13 +79,45 @@ pub async fn probe(cfg: &KafkaConfig, timeout: Duration) -> Result<(), ProbeErro
         .map_err(|e| ProbeError::Config(format!("probe task failed: {e}")))?
 }
 
+/// How often the probe looks at what the client reported while it waits for metadata.
+const LOOK_EVERY: Duration = Duration::from_millis(250);
+
 fn probe_blocking(cfg: &KafkaConfig, timeout: Duration) -> Result<(), ProbeError> {
     let seen = Seen::default();
     let consumer: BaseConsumer<Seen> = crate::client_config(cfg)
         .create_with_context(seen.clone())
         .map_err(|e| ProbeError::Config(e.to_string()))?;
-    let fetched = consumer.fetch_metadata(None, timeout);
-    let errors = seen.0.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let deadline = Instant::now() + timeout;
+    // Short metadata requests, so that a refused login or a failed handshake (reported to the
+    // context within a second) ends the probe at once instead of at the deadline.
+    loop {
+        let fetched = consumer.fetch_metadata(None, LOOK_EVERY);
+        // Errors reach the context only when the client's queue is served.
+        let _ = consumer.poll(Duration::ZERO);
+        let errors = seen.0.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        if let Some(refused) = refusal(&errors) {
+            return Err(refused);
+        }
+        match fetched {
+            Ok(_) => return Ok(()),
+            Err(e) if Instant::now() >= deadline => {
+                return Err(ProbeError::Unreachable {
+                    brokers: cfg.brokers.clone(),
+                    secs: timeout.as_secs(),
+                    detail: errors
+                        .last()
+                        .map(|(_, reason)| reason.clone())
+                        .unwrap_or_else(|| e.to_string()),
+                })
+            }
+            Err(_) => {}
+        }
+    }
+}
+
+/// The first error that says the brokers refused us (credentials, certificates), not that
+/// they are away.
+fn refusal(errors: &[(RDKafkaErrorCode, String)]) -> Option<ProbeError> {
     let auth = errors.iter().find(|(code, reason)| {
         matches!(
             code,
@@ -84,23 +129,16 @@ fn probe_blocking(cfg: &KafkaConfig, timeout: Duration) -> Result<(), ProbeError
             || reason.contains("Authentication failed")
     });
     if let Some((_, reason)) = auth {
-        return Err(ProbeError::Authentication(reason.clone()));
+        return Some(ProbeError::Authentication(reason.clone()));
     }
-    if let Some((_, reason)) = errors
+    errors
         .iter()
-        .find(|(code, reason)| *code == RDKafkaErrorCode::SSL || reason.contains("SSL handshake failed"))
-    {
-        return Err(ProbeError::Tls(reason.clone()));
-    }
-    match fetched {
-        Ok(_) => Ok(()),
-        Err(e) => Err(ProbeError::Unreachable {
-            brokers: cfg.brokers.clone(),
-            secs: timeout.as_secs(),
-            detail: errors
-                .last()
-                .map(|(_, reason)| reason.clone())
-                .unwrap_or_else(|| e.to_string()),
-        }),
-    }
+        .find(|(code, reason)| {
+            // TLS 1.3 reports a refused client certificate after the handshake, as an alert on
+            // the first read: OpenSSL's "SSL routines" text is what says it was TLS.
+            *code == RDKafkaErrorCode::SSL
+                || reason.contains("SSL handshake failed")
+                || reason.contains("SSL routines")
+        })
+        .map(|(_, reason)| ProbeError::Tls(reason.clone()))
 }

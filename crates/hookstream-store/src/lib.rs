@@ -64,6 +64,12 @@ pub fn connect_options(cfg: &DatabaseConfig) -> Result<PgConnectOptions, StoreEr
         .parse()
         .map_err(|e| StoreError::Invalid(format!("bad database.url ({}): {e}", cfg.redacted_url())))?;
     options = options.application_name("hookstream");
+    if let Some(password) = cfg
+        .file_password()
+        .map_err(|e| StoreError::Invalid(e.to_string()))?
+    {
+        options = options.password(&password);
+    }
     if let Some(mode) = &cfg.ssl_mode {
         let mode: PgSslMode = mode
             .parse()

@@ -413,3 +413,89 @@ pub fn counts<I: IntoIterator<Item = String>>(ids: I) -> HashMap<String, usize> 
     }
     m
 }
+
+/// The local stack's secured listeners (`scripts/stack/kafka.sh`): SASL_SSL with SCRAM and
+/// PLAIN, and TLS with client certificates required, both signed by the stack's own CA.
+pub mod secured {
+    use std::path::PathBuf;
+
+    use hookstream_config::{KafkaConfig, KafkaSecurity};
+
+    fn port_of(brokers: &str) -> u16 {
+        brokers
+            .rsplit_once(':')
+            .and_then(|(_, p)| p.parse().ok())
+            .expect("HOOKSTREAM_TEST_KAFKA_BROKERS is host:port")
+    }
+
+    /// Where the stack keeps its CA, certificates and SASL password.
+    pub fn tls_dir() -> PathBuf {
+        if let Ok(dir) = std::env::var("HOOKSTREAM_TEST_KAFKA_TLS_DIR") {
+            return dir.into();
+        }
+        let state = std::env::var("HOOKSTREAM_STATE_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|_| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.hookstream"));
+        state.join("data/kafka/tls")
+    }
+
+    fn file(name: &str) -> PathBuf {
+        let path = tls_dir().join(name);
+        assert!(
+            path.exists(),
+            "{} is missing: the secured Kafka listeners come from scripts/stack/kafka.sh \
+             (restart an older broker: bash scripts/stack/kafka.sh stop; make infra)",
+            path.display()
+        );
+        path
+    }
+
+    /// `127.0.0.1:<port>` of the SASL_SSL listener (the plaintext port + 2).
+    pub fn sasl_brokers() -> String {
+        std::env::var("HOOKSTREAM_TEST_KAFKA_SASL_BROKERS")
+            .unwrap_or_else(|_| format!("127.0.0.1:{}", port_of(&super::brokers()) + 2))
+    }
+
+    /// `127.0.0.1:<port>` of the mutual-TLS listener (the plaintext port + 3).
+    pub fn mtls_brokers() -> String {
+        std::env::var("HOOKSTREAM_TEST_KAFKA_MTLS_BROKERS")
+            .unwrap_or_else(|_| format!("127.0.0.1:{}", port_of(&super::brokers()) + 3))
+    }
+
+    /// The stack's SASL user's password, and the file holding it.
+    pub fn sasl_password_file() -> PathBuf {
+        file("sasl-password")
+    }
+
+    /// `kafka` reached over SASL_SSL with `mechanism` (SCRAM-SHA-256/512 or PLAIN), the
+    /// password read from its file, and the stack's CA.
+    pub fn sasl(kafka: &KafkaConfig, mechanism: &str) -> KafkaConfig {
+        KafkaConfig {
+            brokers: sasl_brokers(),
+            security: KafkaSecurity {
+                protocol: "sasl_ssl".into(),
+                ca_file: Some(file("ca.pem")),
+                sasl_mechanism: Some(mechanism.into()),
+                sasl_username: Some("hookstream".into()),
+                sasl_password_file: Some(sasl_password_file()),
+                ..Default::default()
+            },
+            ..kafka.clone()
+        }
+    }
+
+    /// `kafka` reached over TLS with the stack's client certificate.
+    pub fn mtls(kafka: &KafkaConfig) -> KafkaConfig {
+        KafkaConfig {
+            brokers: mtls_brokers(),
+            security: KafkaSecurity {
+                protocol: "ssl".into(),
+                ca_file: Some(file("ca.pem")),
+                cert_file: Some(file("client.crt")),
+                key_file: Some(file("client.key")),
+                ..Default::default()
+            },
+            ..kafka.clone()
+        }
+    }
+}

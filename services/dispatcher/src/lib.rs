@@ -75,9 +75,6 @@ impl ServiceError for DispatchError {
     }
 }
 
-/// How long a service waits for Kafka to answer at start before giving up.
-pub const KAFKA_PROBE_TIMEOUT: Duration = Duration::from_secs(15);
-
 /// Runs the dispatcher's roles until `shutdown` is cancelled (then drains, see
 /// `DispatcherSettings`) or one of its tasks stops unexpectedly (then it drains the others and
 /// returns the failure).
@@ -89,7 +86,9 @@ pub async fn run(
 ) -> Result<(), DispatchError> {
     let sealer = Sealer::from_config(&cfg.secrets).map_err(|e| DispatchError::Config(e.to_string()))?;
     // Wrong credentials or an unreachable cluster stop the start here, saying which.
-    hookstream_kafka::probe(&cfg.kafka, KAFKA_PROBE_TIMEOUT).await?;
+    if !hookstream_kafka::probe_at_start(&cfg.kafka, &shutdown).await? {
+        return Ok(()); // asked to stop while waiting for Kafka
+    }
     let metrics = DispatcherMetrics::register(registry);
     let consumer_metrics = ConsumerMetrics::register(registry);
     let pool = hookstream_store::connect(&cfg.database).await?;

@@ -69,7 +69,9 @@ pub async fn run(
     shutdown: CancellationToken,
 ) -> Result<(), RelayError> {
     // Wrong credentials or an unreachable cluster stop the start here, saying which.
-    hookstream_kafka::probe(&cfg.kafka, Duration::from_secs(15)).await?;
+    if !hookstream_kafka::probe_at_start(&cfg.kafka, &shutdown).await? {
+        return Ok(()); // asked to stop while waiting for Kafka
+    }
     let metrics = RelayMetrics::register(registry);
     let pool = hookstream_store::connect(&cfg.database).await?;
     if cfg.database.migrate_on_start {

@@ -36,9 +36,14 @@ pub fn retrying_config(env: &TestEnv, schedule_ms: Vec<u64>) -> dispatcher::Conf
 
 /// Runs an outbox-relay in this process until the token is cancelled.
 pub fn start_relay(env: &TestEnv, token: &CancellationToken) {
+    start_relay_with(env, env.kafka.clone(), token)
+}
+
+/// `start_relay`, reaching Kafka as `kafka` says (another listener, credentials).
+pub fn start_relay_with(env: &TestEnv, kafka: hookstream_config::KafkaConfig, token: &CancellationToken) {
     let cfg = outbox_relay::Config {
         database: env.database.clone(),
-        kafka: env.kafka.clone(),
+        kafka,
         ..Default::default()
     };
     let t = token.clone();
