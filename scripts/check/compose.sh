@@ -8,7 +8,10 @@
 #  3. every HOOKSTREAM_<SECTION>__<KEY> variable a service sets names a key that
 #     docs/configuration.md documents (a typo such as HOOKSTREAM_KAFKA__BROKER fails here,
 #     not at `docker compose up`);
-#  4. when the binaries are built (target/release or target/debug, or BIN_DIR), each Hookstream
+#  4. promtool (from Debian's prometheus package, extracted, not installed: installing it
+#     would start a Prometheus) checks deploy/prometheus/prometheus.yml; the Grafana
+#     provisioning files must parse as YAML;
+#  5. when the binaries are built (target/release or target/debug, or BIN_DIR), each Hookstream
 #     service's binary loads its configuration from exactly that environment: the services
 #     are run with telemetry.log_format forced invalid, so they stop at validation (exit 2,
 #     naming log_format) before connecting anywhere, and the CLI runs `secrets generate-key`.
@@ -103,7 +106,29 @@ n = len({v for e in envs.values() for v in e["env"]})
 print(f"[check/compose] {n} HOOKSTREAM_* variables over {len(envs)} services: every one a documented key ({len(keys)} known)")
 PYEOF
 
-# --- 4. the binaries load that environment -----------------------------------------------
+# --- 4. Prometheus and Grafana files ----------------------------------------------------
+PROMTOOL="$CACHE_DIR/bin/promtool"
+if [[ ! -x "$PROMTOOL" ]]; then
+  log "fetching promtool from Debian's prometheus package into $PROMTOOL"
+  (cd "$WORK" && apt-get download -q prometheus >/dev/null 2>&1 && dpkg-deb -x prometheus_*.deb deb) ||
+    fail "could not fetch Debian's prometheus package for promtool (apt-get update first?)"
+  mkdir -p "$(dirname "$PROMTOOL")"
+  cp "$WORK/deb/usr/bin/promtool" "$PROMTOOL"
+fi
+"$PROMTOOL" check config "$REPO_ROOT/deploy/prometheus/prometheus.yml" >"$WORK/promtool.out" 2>&1 ||
+  fail "promtool check config: $(cat "$WORK/promtool.out")"
+log "promtool $("$PROMTOOL" --version 2>&1 | awk 'NR == 1 { print $3 }') check config deploy/prometheus/prometheus.yml: valid"
+"$PY" - "$REPO_ROOT/deploy/grafana/provisioning" <<'PYEOF' || fail "a Grafana provisioning file does not parse"
+import pathlib, sys
+from ruamel.yaml import YAML
+files = sorted(pathlib.Path(sys.argv[1]).rglob("*.yml"))
+for f in files:
+    doc = YAML(typ="safe").load(f.read_text())
+    assert doc.get("apiVersion") == 1 and ("datasources" in doc or "providers" in doc), f"{f}: not a provisioning file"
+print(f"[check/compose] grafana provisioning: {', '.join(str(f.relative_to(sys.argv[1])) for f in files)} parse")
+PYEOF
+
+# --- 5. the binaries load that environment -----------------------------------------------
 target_dir="${CARGO_TARGET_DIR:-$REPO_ROOT/target}"
 BIN_DIR="${HOOKSTREAM_IMAGE_BIN_DIR:-}"
 if [[ -z "$BIN_DIR" ]]; then
