@@ -26,11 +26,13 @@ FROM rust:${RUST_VERSION}-slim-bookworm AS builder
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 # cmake, a C/C++ compiler and make build the bundled librdkafka (never Debian's 2.0.2);
 # librdkafka 2.12 includes <curl/curl.h> even when built without curl, hence the header.
+# zlib1g-dev as on the machines Hookstream is built on: rdkafka's zlib then links libz.so.1
+# dynamically (copied into the runtime image below) rather than a vendored static zlib.
 # Versions are not pinned: the rust image tag pins the Debian release, and Debian security
 # updates remove the superseded package versions, which would break a pinned build.
 # hadolint ignore=DL3008
 RUN apt-get update \
- && apt-get install -y --no-install-recommends cmake g++ make pkg-config libcurl4-openssl-dev \
+ && apt-get install -y --no-install-recommends cmake g++ make pkg-config libcurl4-openssl-dev zlib1g-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
