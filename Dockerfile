@@ -58,10 +58,11 @@ LABEL org.opencontainers.image.title="hookstream" \
       org.opencontainers.image.version="${VERSION}" \
       org.opencontainers.image.revision="${REVISION}"
 COPY --from=builder /out/rootfs/ /
-# The services serve /metrics, /healthz and /readyz here (telemetry.listen; its built-in
-# default, 127.0.0.1:0, is unreachable from outside a container). The CLI ignores it.
-ENV HOOKSTREAM_TELEMETRY__LISTEN=0.0.0.0:9090
-EXPOSE 9090
+# The services' /metrics, /healthz and /readyz port by convention (the Helm chart's too). It
+# takes `telemetry.listen = "0.0.0.0:9100"` (or HOOKSTREAM_TELEMETRY__LISTEN): the built-in
+# default, 127.0.0.1:0, is unreachable from outside a container. Not set here with ENV, which
+# would override the listen address of a mounted config file.
+EXPOSE 9100
 # nonroot (65532) of distroless. Nothing is written at run time: a read-only root works.
 USER 65532:65532
 # The services drain on SIGTERM (dispatcher.shutdown_grace_ms, 20 s by default).

@@ -9,7 +9,8 @@
 #     docs/configuration.md documents (a typo such as HOOKSTREAM_KAFKA__BROKER fails here,
 #     not at `docker compose up`);
 #  4. promtool (from Debian's prometheus package, extracted, not installed: installing it
-#     would start a Prometheus) checks deploy/prometheus/prometheus.yml; the Grafana
+#     would start a Prometheus) checks deploy/prometheus/prometheus.yml; the metrics port is
+#     the same in the Dockerfile (EXPOSE), the services' environment and Prometheus; the Grafana
 #     provisioning files must parse as YAML;
 #  5. when the binaries are built (target/release or target/debug, or BIN_DIR), each Hookstream
 #     service's binary loads its configuration from exactly that environment: the services
@@ -118,6 +119,25 @@ fi
 "$PROMTOOL" check config "$REPO_ROOT/deploy/prometheus/prometheus.yml" >"$WORK/promtool.out" 2>&1 ||
   fail "promtool check config: $(cat "$WORK/promtool.out")"
 log "promtool $("$PROMTOOL" --version 2>&1 | awk 'NR == 1 { print $3 }') check config deploy/prometheus/prometheus.yml: valid"
+# One metrics port: the Dockerfile's EXPOSE, the services' telemetry.listen, Prometheus's.
+"$PY" - "$REPO_ROOT" "$WORK/env.json" <<'PYEOF' || fail "the metrics port differs between the Dockerfile, docker-compose.yml and prometheus.yml"
+import json, subprocess, sys
+from ruamel.yaml import YAML
+root, envs = sys.argv[1], json.load(open(sys.argv[2]))
+spec = json.loads(subprocess.run([sys.executable, f"{root}/scripts/check/dockerfile_spec.py", f"{root}/Dockerfile"],
+                                 capture_output=True, text=True, check=True).stdout)
+ports = {"Dockerfile EXPOSE": set(spec["expose"])}
+for name, svc in envs.items():
+    if "HOOKSTREAM_TELEMETRY__LISTEN" in svc["env"]:
+        ports.setdefault("compose telemetry.listen", set()).add(svc["env"]["HOOKSTREAM_TELEMETRY__LISTEN"].rsplit(":", 1)[1])
+prom = YAML(typ="safe").load(open(f"{root}/deploy/prometheus/prometheus.yml"))
+for job in prom["scrape_configs"]:
+    if job["job_name"] in ("outbox-relay", "dispatcher"):
+        ports.setdefault("prometheus.yml", set()).update(str(d["port"]) for d in job["dns_sd_configs"])
+if len(set().union(*ports.values())) != 1 or len(ports) != 3:
+    sys.exit(f"metrics ports: {ports}")
+print(f"[check/compose] metrics port {ports['Dockerfile EXPOSE'].pop()}: the same in the Dockerfile, docker-compose.yml and prometheus.yml")
+PYEOF
 "$PY" - "$REPO_ROOT/deploy/grafana/provisioning" <<'PYEOF' || fail "a Grafana provisioning file does not parse"
 import pathlib, sys
 from ruamel.yaml import YAML
