@@ -15,6 +15,7 @@ command -v java >/dev/null || missing+=(openjdk-17-jre-headless)
 command -v mvn >/dev/null || missing+=(maven)
 command -v curl >/dev/null || missing+=(curl)
 command -v psql >/dev/null || missing+=(postgresql-client)
+command -v buildah >/dev/null || missing+=(buildah)  # scripts/check/image.sh builds and runs the image without Docker
 
 if ((${#missing[@]})); then
   if [[ $EUID -ne 0 ]]; then
