@@ -10,6 +10,7 @@ pub mod batch;
 pub mod dead_letters;
 pub mod endpoints;
 pub mod filter;
+pub mod limits;
 pub mod outbox;
 pub mod sealing;
 pub mod subscriptions;

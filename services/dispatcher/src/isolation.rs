@@ -8,8 +8,10 @@
 //!    refuses without any HTTP call; after the cooldown one probe is let through (half-open):
 //!    success closes it, failure reopens it with the cooldown doubled, up to `max_cooldown`.
 //! 2. A token bucket (`governor`) with the endpoint's own quota (`rate_limit_per_s`, burst
-//!    of `rate_limit_burst_s` seconds' worth); endpoints without a quota are not limited.
-//! 3. A cap on concurrent requests (`max_in_flight`). An attempt queues for a slot only when
+//!    of `rate_limit_burst_s` seconds' worth), then the group's window for that endpoint
+//!    ([`crate::group_limits`]), so that the quota holds across every replica; endpoints
+//!    without a quota are not limited.
+//! 3. A cap on concurrent requests (`max_in_flight`, shared evenly among the live replicas). An attempt queues for a slot only when
 //!    the expected wait (queue length ÷ cap × the endpoint's recent latency) is within
 //!    `busy_wait`, and never longer than twice that: a fast endpoint's queue drains in
 //!    milliseconds, a slow one's would hold the events behind it.
@@ -20,7 +22,7 @@
 
 use std::collections::HashMap;
 use std::num::NonZeroU32;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -38,6 +40,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use uuid::Uuid;
 
+use crate::group_limits::{GroupLimits, Lease, RateAnswer};
 use crate::metrics::DispatcherMetrics;
 use crate::now_ms;
 
@@ -306,7 +309,12 @@ pub struct Guard {
     breaker: StateMachine<Policy, Observer>,
     state: Arc<BreakerState>,
     limiter: Option<DefaultDirectRateLimiter>,
-    slots: Arc<Semaphore>,
+    /// Tokens leased from the group's current rate window, and how many wait for them.
+    lease: tokio::sync::Mutex<Lease>,
+    lease_waiting: AtomicU32,
+    /// This replica's share of the concurrency cap, and its semaphore (replaced when the
+    /// share changes; permits of the old one go back to it as requests finish).
+    slots: Mutex<(u32, Arc<Semaphore>)>,
     /// The next free slot on this endpoint's deferral clock (ms since the epoch).
     next_deferral_ms: Mutex<i64>,
     last_used_ms: AtomicI64,
@@ -353,7 +361,12 @@ impl Guard {
             breaker: StateMachine::new(policy, observer),
             state,
             limiter,
-            slots: Arc::new(Semaphore::new(limits.max_in_flight as usize)),
+            lease: tokio::sync::Mutex::new(Lease::default()),
+            lease_waiting: AtomicU32::new(0),
+            slots: Mutex::new((
+                limits.max_in_flight as u32,
+                Arc::new(Semaphore::new(limits.max_in_flight as usize)),
+            )),
             next_deferral_ms: Mutex::new(0),
             last_used_ms: AtomicI64::new(now_ms()),
             queued: AtomicU64::new(0),
@@ -377,10 +390,19 @@ impl Guard {
         self.latency_us.store(new, Ordering::Relaxed);
     }
 
-    /// How long one more attempt would queue for a slot, at the recent latency.
-    fn expected_queueing(&self) -> Duration {
+    /// The semaphore for `share` concurrent requests (a new one when the share changed).
+    fn slots(&self, share: u32) -> (u32, Arc<Semaphore>) {
+        let mut slots = self.slots.lock().expect("slots lock");
+        if slots.0 != share {
+            *slots = (share, Arc::new(Semaphore::new(share as usize)));
+        }
+        (slots.0, slots.1.clone())
+    }
+
+    /// How long one more attempt would queue for one of `share` slots, at the recent latency.
+    fn expected_queueing(&self, share: u32) -> Duration {
         let ahead = self.queued.load(Ordering::Relaxed) + 1;
-        let per_slot = self.latency_us.load(Ordering::Relaxed) / self.limits.max_in_flight.max(1) as u64;
+        let per_slot = self.latency_us.load(Ordering::Relaxed) / u64::from(share.max(1));
         Duration::from_micros(ahead.saturating_mul(per_slot))
     }
 
@@ -394,15 +416,23 @@ pub struct Isolation {
     cfg: IsolationSettings,
     metrics: DispatcherMetrics,
     guards: Mutex<HashMap<Uuid, Arc<Guard>>>,
+    /// The replicas' shared limits; `None`: this instance's limits only (unit tests).
+    group: Option<Arc<GroupLimits>>,
 }
 
 impl Isolation {
-    pub fn new(cfg: IsolationSettings, metrics: DispatcherMetrics) -> Self {
+    pub fn new(cfg: IsolationSettings, metrics: DispatcherMetrics, group: Option<Arc<GroupLimits>>) -> Self {
         Self {
             cfg,
             metrics,
             guards: Mutex::new(HashMap::new()),
+            group,
         }
+    }
+
+    fn cap_share(&self, guard: &Guard) -> u32 {
+        let cap = guard.limits.max_in_flight.max(1) as u32;
+        self.group.as_ref().map_or(cap, |g| g.cap_share(cap))
     }
 
     fn guard(&self, ep: &Endpoint) -> Arc<Guard> {
@@ -456,10 +486,10 @@ impl Isolation {
             }
         };
 
+        // Waiting for a token is bounded in total, not per try: many waiters would otherwise
+        // take turns forever and hold their events' slots.
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(self.cfg.rate_wait_ms);
         if let Some(limiter) = &guard.limiter {
-            // Waiting for a token is bounded in total, not per try: many waiters would
-            // otherwise take turns forever and hold their events' slots.
-            let deadline = tokio::time::Instant::now() + Duration::from_millis(self.cfg.rate_wait_ms);
             while let Err(not_until) = limiter.check() {
                 let wait = not_until.wait_time_from(DefaultClock::default().now());
                 if tokio::time::Instant::now() + wait <= deadline || !can_defer {
@@ -472,20 +502,40 @@ impl Isolation {
                 return Err(self.refuse(&guard, RefusalReason::RateLimited, earliest, spacing));
             }
         }
+        // Then the group's window, so the quota holds across replicas.
+        if let (Some(group), Some(rate)) = (&self.group, guard.limits.rate_per_s) {
+            loop {
+                let waiting = guard.lease_waiting.fetch_add(1, Ordering::Relaxed);
+                let answer = group.take(&guard.lease, ep.id, rate as u32, waiting).await;
+                guard.lease_waiting.fetch_sub(1, Ordering::Relaxed);
+                let wait = match answer {
+                    RateAnswer::Go | RateAnswer::Unknown => break,
+                    RateAnswer::NotFor(wait) => wait,
+                };
+                if tokio::time::Instant::now() + wait <= deadline || !can_defer {
+                    tokio::time::sleep(wait).await;
+                    continue;
+                }
+                release_probe(&guard);
+                let spacing = Duration::from_secs_f64(1.0 / limiter_rate(&guard));
+                let earliest = now_ms() + wait.as_millis() as i64;
+                return Err(self.refuse(&guard, RefusalReason::RateLimited, earliest, spacing));
+            }
+        }
 
-        let slot = match guard.slots.clone().try_acquire_owned() {
+        let (share, slots) = guard.slots(self.cap_share(&guard));
+        let slot = match slots.clone().try_acquire_owned() {
             Ok(s) => s,
-            Err(_) if !can_defer => guard
-                .slots
+            Err(_) if !can_defer => slots
                 .clone()
                 .acquire_owned()
                 .await
                 .expect("endpoint semaphores are never closed"),
             Err(_) => {
                 let busy_wait = Duration::from_millis(self.cfg.busy_wait_ms);
-                let queued = if guard.expected_queueing() <= busy_wait {
+                let queued = if guard.expected_queueing(share) <= busy_wait {
                     guard.queued.fetch_add(1, Ordering::Relaxed);
-                    let got = tokio::time::timeout(busy_wait * 2, guard.slots.clone().acquire_owned()).await;
+                    let got = tokio::time::timeout(busy_wait * 2, slots.clone().acquire_owned()).await;
                     guard.queued.fetch_sub(1, Ordering::Relaxed);
                     got.ok().and_then(Result::ok)
                 } else {
@@ -573,7 +623,7 @@ mod tests {
     }
 
     fn isolation(cfg: IsolationSettings) -> Isolation {
-        Isolation::new(cfg, DispatcherMetrics::register(&Registry::new()))
+        Isolation::new(cfg, DispatcherMetrics::register(&Registry::new()), None)
     }
 
     #[tokio::test]

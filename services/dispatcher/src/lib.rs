@@ -21,6 +21,7 @@ pub mod dlq_sink;
 mod endpoint_health;
 mod events;
 mod fanout;
+pub mod group_limits;
 mod handoff;
 pub mod isolation;
 mod metrics;
@@ -109,6 +110,15 @@ pub async fn run(
     let subs = subscriptions::Subscriptions::load(pool.clone(), sealer, metrics.clone()).await?;
     let producer = hookstream_kafka::producer_config(&cfg.kafka, Duration::from_secs(30)).create()?;
     let attempt_log = attempt_log::AttemptLog::new(&cfg.kafka, metrics.attempt_records_dropped.clone())?;
+    // Replicas that deliver share the endpoints' rate limits and concurrency caps.
+    let delivers = cfg.dispatcher.runs(Role::Events) || cfg.dispatcher.runs(Role::Retry);
+    let group = if delivers {
+        let group = Arc::new(group_limits::GroupLimits::new(pool.clone(), metrics.clone()));
+        group.join().await;
+        Some(group)
+    } else {
+        None
+    };
     let ctx = Arc::new(Context {
         engine: Engine::new(&cfg.delivery)?,
         subs: subs.clone(),
@@ -119,7 +129,11 @@ pub async fn run(
         retry: cfg.retry.clone(),
         metrics: metrics.clone(),
         shutdown: shutdown.clone(),
-        isolation: isolation::Isolation::new(cfg.dispatcher.isolation.clone(), metrics.clone()),
+        isolation: isolation::Isolation::new(
+            cfg.dispatcher.isolation.clone(),
+            metrics.clone(),
+            group.clone(),
+        ),
         health: Default::default(),
         deliveries: Arc::new(Semaphore::new(cfg.dispatcher.max_in_flight_deliveries.max(1))),
         settings: cfg.dispatcher.clone(),
@@ -127,6 +141,9 @@ pub async fn run(
 
     let grace = Duration::from_millis(cfg.dispatcher.shutdown_grace_ms);
     let mut sup = Supervisor::new(health.clone(), shutdown.clone(), grace + Duration::from_secs(10));
+    if let Some(group) = group {
+        sup.spawn("group limits", group.run(shutdown.clone()));
+    }
     sup.spawn(
         "subscription watcher",
         subs.watch(

@@ -65,6 +65,10 @@ pub struct DispatcherMetrics {
     pub breakers_open: IntGauge,
     /// HTTP requests under way right now.
     pub requests_in_flight: IntGauge,
+    /// Rate-limit checks the database could not answer (the replica's own bucket decided).
+    pub rate_limit_fallbacks: IntCounter,
+    /// Live dispatcher replicas sharing the concurrency caps, as this one last saw.
+    pub group_replicas: IntGauge,
 }
 
 impl DispatcherMetrics {
@@ -224,7 +228,19 @@ impl DispatcherMetrics {
                 "HTTP delivery requests under way",
             )
             .unwrap(),
+            rate_limit_fallbacks: IntCounter::new(
+                "hookstream_dispatcher_rate_limit_fallbacks_total",
+                "Rate-limit checks the database could not answer (the replica's own bucket decided)",
+            )
+            .unwrap(),
+            group_replicas: IntGauge::new(
+                "hookstream_dispatcher_group_replicas",
+                "Live dispatcher replicas sharing endpoint concurrency caps, as this one last saw",
+            )
+            .unwrap(),
         };
+        let _ = registry.register(Box::new(m.rate_limit_fallbacks.clone()));
+        let _ = registry.register(Box::new(m.group_replicas.clone()));
         let _ = registry.register(Box::new(m.dlq_stored.clone()));
         let _ = registry.register(Box::new(m.dlq_store_errors.clone()));
         let _ = registry.register(Box::new(m.dlq_pruned.clone()));
