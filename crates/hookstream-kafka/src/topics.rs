@@ -38,8 +38,24 @@ pub enum TopicError {
         delay: String,
         required_ms: u64,
     },
+    #[error(
+        "topic {topic} has {have} partitions but the configuration asks for {want}: Kafka cannot take partitions \
+         away, and adding them is an operator's decision (aggregates move to other partitions): add them with \
+         kafka-topics.sh --alter --partitions {want}, or set the configuration to {have}"
+    )]
+    FewerPartitions { topic: String, have: i32, want: i32 },
     #[error("internal error: {0}")]
     Internal(String),
+}
+
+impl TopicError {
+    /// Whether an operator must change something (restarting will not help).
+    pub fn is_configuration(&self) -> bool {
+        matches!(
+            self,
+            TopicError::RetentionTooShort { .. } | TopicError::FewerPartitions { .. }
+        )
+    }
 }
 
 /// What a topic must look like.
@@ -129,9 +145,13 @@ pub async fn ensure_topics(cfg: &KafkaConfig, specs: &[TopicSpec]) -> Result<(),
             )
         })
         .collect();
+    let mut existing = std::collections::HashSet::new();
     for result in admin.create_topics(&new, &options()).await? {
         match result {
-            Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+            Ok(_) => {}
+            Err((topic, RDKafkaErrorCode::TopicAlreadyExists)) => {
+                existing.insert(topic);
+            }
             Err((topic, code)) => return Err(TopicError::Create { topic, code }),
         }
     }
@@ -139,31 +159,44 @@ pub async fn ensure_topics(cfg: &KafkaConfig, specs: &[TopicSpec]) -> Result<(),
     // each one has a leader so the first produce or watermark query does not fail. Metadata
     // calls block: off the runtime's worker threads.
     let cfg = cfg.clone();
-    let wanted: Vec<(String, i32)> = specs.iter().map(|s| (s.name.clone(), s.partitions)).collect();
+    let wanted: Vec<(String, i32, bool)> = specs
+        .iter()
+        .map(|s| (s.name.clone(), s.partitions, existing.contains(&s.name)))
+        .collect();
     tokio::task::spawn_blocking(move || wait_for_leaders(&cfg, &wanted))
         .await
         .map_err(|e| TopicError::Internal(e.to_string()))?
 }
 
-fn wait_for_leaders(cfg: &KafkaConfig, topics: &[(String, i32)]) -> Result<(), TopicError> {
+/// Waits until every partition of each `(topic, partitions, existed before)` has a leader; a
+/// topic that existed before with fewer partitions than asked is an error at once.
+fn wait_for_leaders(cfg: &KafkaConfig, topics: &[(String, i32, bool)]) -> Result<(), TopicError> {
     let consumer: BaseConsumer = client_config(cfg).create()?;
     let deadline = Instant::now() + Duration::from_secs(30);
-    for (name, partitions) in topics {
+    for (name, partitions, existed) in topics {
         loop {
-            let ready = consumer
-                .fetch_metadata(Some(name), Duration::from_secs(5))
-                .map(|md| {
-                    md.topics().iter().any(|t| {
-                        t.name() == name
-                            && t.error().is_none()
-                            && t.partitions().len() as i32 >= *partitions
-                            && t.partitions()
-                                .iter()
-                                .all(|p| p.leader() >= 0 && p.error().is_none())
-                    })
-                })
-                .unwrap_or(false);
-            if ready {
+            let md = consumer.fetch_metadata(Some(name), Duration::from_secs(5)).ok();
+            let topic = md.as_ref().and_then(|md| {
+                md.topics()
+                    .iter()
+                    .find(|t| t.name() == name && t.error().is_none())
+            });
+            let led = topic.is_some_and(|t| {
+                !t.partitions().is_empty()
+                    && t.partitions()
+                        .iter()
+                        .all(|p| p.leader() >= 0 && p.error().is_none())
+            });
+            let have = topic.map_or(0, |t| t.partitions().len() as i32);
+            // An existing topic with fewer partitions never gets more by waiting.
+            if *existed && led && have < *partitions {
+                return Err(TopicError::FewerPartitions {
+                    topic: name.clone(),
+                    have,
+                    want: *partitions,
+                });
+            }
+            if led && have >= *partitions {
                 break;
             }
             if Instant::now() > deadline {

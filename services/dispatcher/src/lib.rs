@@ -69,7 +69,8 @@ impl ServiceError for DispatchError {
     fn exit_code(&self) -> u8 {
         match self {
             // Restarting will not help: an operator must change something.
-            DispatchError::Config(_) | DispatchError::Topics(TopicError::RetentionTooShort { .. }) => 2,
+            DispatchError::Config(_) => 2,
+            DispatchError::Topics(e) if e.is_configuration() => 2,
             DispatchError::KafkaUnusable(e) if e.is_configuration() => 2,
             _ => 1,
         }

@@ -133,3 +133,41 @@ async fn configuration_that_cannot_work_exits_2_naming_the_key_before_binding_an
     );
     drop(held);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tier_topic_with_fewer_partitions_than_configured_is_refused_at_once() {
+    let env = TestEnv::new(1).await.unwrap();
+    let mut cfg = common::retrying_config(&env, vec![1_000]);
+    // The tier exists with one partition; the configuration asks for three.
+    hookstream_kafka::ensure_topics(&env.kafka, &topics::tier_specs(&env.kafka, &cfg.retry))
+        .await
+        .unwrap();
+    cfg.retry.partitions = 3;
+    let started = std::time::Instant::now();
+    let err = dispatcher::run(
+        cfg.clone(),
+        &prometheus::Registry::new(),
+        Default::default(),
+        CancellationToken::new(),
+    )
+    .await
+    .expect_err("fewer partitions than configured");
+    let text = err.to_string();
+    assert!(
+        matches!(
+            err,
+            dispatcher::DispatchError::Topics(TopicError::FewerPartitions { have: 1, want: 3, .. })
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains(&cfg.retry.tiers()[0].topic),
+        "names the topic: {text}"
+    );
+    assert_eq!(err.exit_code(), 2, "an operator must act");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "said at once, not after waiting for partitions that never come: {:?}",
+        started.elapsed()
+    );
+}
