@@ -96,8 +96,10 @@ make_tls() {
       -extfile server.ext -out server.crt 2>/dev/null
     openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out client.key 2>/dev/null
     openssl req -new -key client.key -subj "/CN=$MTLS_USER" -out client.csr 2>/dev/null
+    # An X.509 v3 certificate (extensions make it one): rustls refuses v1 client certificates.
+    printf 'extendedKeyUsage=clientAuth\n' >client.ext
     openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 3650 \
-      -out client.crt 2>/dev/null
+      -extfile client.ext -out client.crt 2>/dev/null
     rm -f ./*.csr ./*.ext ./*.srl
   ) || die "could not generate certificates in $TLS_DIR"
   chmod 755 "$TLS_DIR"
