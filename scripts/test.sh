@@ -15,6 +15,7 @@ psql -qAt "$HOOKSTREAM_TEST_DATABASE_URL" -c \
   | psql -q "$HOOKSTREAM_TEST_DATABASE_URL" >/dev/null || true
 
 export HOOKSTREAM_TEST_KAFKA_TLS_DIR="$DATA_DIR/kafka/tls"
+export HOOKSTREAM_TEST_PG_TLS_DIR="$DATA_DIR/postgres-tls"
 
 cd "$REPO_ROOT"
 # The deployment checks' tools (helm takes minutes to build the first time) build meanwhile.

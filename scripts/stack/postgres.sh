@@ -1,5 +1,10 @@
 #!/usr/bin/env bash
 # Project-local PostgreSQL cluster (separate from any distro cluster).
+# TLS is on (plaintext keeps working): the server's certificate names IP 127.0.0.1 (not
+# `localhost`) and is signed by a CA generated once per stack, in $DATA_DIR/postgres-tls
+# (ca.pem), with a client certificate for the role hookstream_mtls, which may log in only
+# over TLS with it. Members of the role hookstream_password_login must give their password
+# (SCRAM); everyone else is trusted, as before. Tests use these to prove database TLS.
 # Usage: postgres.sh start|stop [fast|immediate]|status
 #   stop fast (the default) rolls back open transactions and shuts down cleanly; stop immediate
 #   exits without a checkpoint, as a crash would, and the next start runs crash recovery
@@ -14,6 +19,9 @@ SOCK_DIR="$RUN_DIR/pg-socket"
 PG_LOG="$LOG_DIR/postgres.log"
 PIDFILE="$RUN_DIR/postgres.pid"
 URL="postgres://postgres@127.0.0.1:$PG_PORT/hookstream"
+TLS_DIR="$DATA_DIR/postgres-tls"
+MTLS_USER=hookstream_mtls
+PASSWORD_GROUP=hookstream_password_login
 
 # The server refuses to run as root, so when we are root everything touching the cluster runs
 # as the postgres OS user; `cd /` because our cwd may be unreadable to it (e.g. under /root).
@@ -67,12 +75,69 @@ our_pid() {
   [[ "$pid" =~ ^[0-9]+$ ]] && running "$pid" && echo "$pid"
 }
 
+# A CA, the server's certificate (IP 127.0.0.1 only, so that verify-full against `localhost`
+# is a real host-name mismatch) and a client certificate for $MTLS_USER (cert auth matches
+# its CN to the role), made once per stack. The server's key is the postgres user's, 0600
+# (the server refuses a key others can read); keys are unencrypted (a loopback test stack).
+make_tls() {
+  [[ -s "$TLS_DIR/server.crt" && -s "$TLS_DIR/server.key" && -s "$TLS_DIR/client.key" ]] && return 0
+  command -v openssl >/dev/null || apt_install openssl
+  log "generating a CA and certificates in $TLS_DIR"
+  rm -rf "$TLS_DIR"
+  mkdir -p "$TLS_DIR"
+  (
+    cd "$TLS_DIR"
+    openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=hookstream local PostgreSQL CA" \
+      -keyout ca.key -out ca.pem 2>/dev/null
+    openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out server.key 2>/dev/null
+    openssl req -new -key server.key -subj "/CN=127.0.0.1" -out server.csr 2>/dev/null
+    printf 'subjectAltName=IP:127.0.0.1\n' >server.ext
+    openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 3650 \
+      -extfile server.ext -out server.crt 2>/dev/null
+    openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out client.key 2>/dev/null
+    openssl req -new -key client.key -subj "/CN=$MTLS_USER" -out client.csr 2>/dev/null
+    # An X.509 v3 certificate (extensions make it one): rustls refuses v1 client certificates.
+    printf 'extendedKeyUsage=clientAuth\n' >client.ext
+    openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 3650 \
+      -extfile client.ext -out client.crt 2>/dev/null
+    rm -f ./*.csr ./*.ext ./*.srl
+  ) || die "could not generate certificates in $TLS_DIR"
+  chmod 755 "$TLS_DIR"
+  chmod 644 "$TLS_DIR"/*.pem "$TLS_DIR"/*.crt
+  chmod 600 "$TLS_DIR"/*.key
+  [[ $EUID -ne 0 ]] || chown postgres:postgres "$TLS_DIR/server.key" "$TLS_DIR/server.crt"
+}
+
+# The stack's own rules go first in pg_hba.conf (the first matching line decides), between
+# markers, rewritten on every start; initdb's `trust` lines stay below for everyone else.
+write_hba() {
+  local hba="$PGDATA/pg_hba.conf" tmp
+  tmp="$(mktemp)"
+  cat >"$tmp" <<EOF
+# BEGIN hookstream: written by scripts/stack/postgres.sh on every start; edits are overwritten.
+# $MTLS_USER: only over TLS, with a client certificate signed by the stack's CA (CN = role).
+hostssl all $MTLS_USER 127.0.0.1/32 cert
+host    all $MTLS_USER all reject
+local   all $MTLS_USER reject
+# Members of $PASSWORD_GROUP give their password (tests of database.password_file).
+host    all +$PASSWORD_GROUP 127.0.0.1/32 scram-sha-256
+# END hookstream
+EOF
+  sed '/^# BEGIN hookstream/,/^# END hookstream/d' "$hba" >>"$tmp"
+  cat "$tmp" >"$hba" # keeps the file's owner and mode
+  rm -f "$tmp"
+}
+
 ensure_db() {
   local psql=("$PGBIN/psql" -h 127.0.0.1 -p "$PG_PORT" -U postgres -d postgres -v ON_ERROR_STOP=1 -qtA)
   if [[ "$("${psql[@]}" -c "select 1 from pg_database where datname = 'hookstream'")" != 1 ]]; then
     "${psql[@]}" -c "create database hookstream" >/dev/null
     log "created database hookstream"
   fi
+  "${psql[@]}" >/dev/null <<EOF
+SELECT 'CREATE ROLE $MTLS_USER LOGIN' WHERE NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '$MTLS_USER') \\gexec
+SELECT 'CREATE ROLE $PASSWORD_GROUP NOLOGIN' WHERE NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '$PASSWORD_GROUP') \\gexec
+EOF
 }
 
 write_conf() {
@@ -89,6 +154,11 @@ shared_buffers = 256MB
 # pg_ctl -l captures stderr into $PG_LOG
 logging_collector = off
 log_destination = 'stderr'
+# TLS beside plaintext; the CA also verifies client certificates (pg_hba.conf's cert lines).
+ssl = on
+ssl_cert_file = '$TLS_DIR/server.crt'
+ssl_key_file = '$TLS_DIR/server.key'
+ssl_ca_file = '$TLS_DIR/ca.pem'
 EOF
   [[ $EUID -ne 0 ]] || chown postgres:postgres "$PGDATA/hookstream.conf"
 }
@@ -102,6 +172,8 @@ start() {
     echo "$pid" >"$PIDFILE"
     log "already running (pid $pid) at $URL"
     ensure_db
+    [[ "$("$PGBIN/psql" -h 127.0.0.1 -p "$PG_PORT" -U postgres -d postgres -qtAc 'show ssl')" == on ]] ||
+      log "WARNING: no TLS (a cluster started by an older postgres.sh): restart it with 'bash scripts/stack/postgres.sh stop' then start"
     return 0
   fi
   if tcp_open 127.0.0.1 "$PG_PORT"; then
@@ -123,7 +195,9 @@ start() {
       die "initdb failed, see $LOG_DIR/initdb.log"
     echo "include = 'hookstream.conf'" >>"$PGDATA/postgresql.conf"
   fi
+  make_tls
   write_conf
+  write_hba
 
   log "starting on 127.0.0.1:$PG_PORT (log: $PG_LOG)"
   if ! as_pg "$PGBIN/pg_ctl" -D "$PGDATA" -l "$PG_LOG" -w -t 60 start >/dev/null; then

@@ -21,8 +21,8 @@ bash "$REPO_ROOT/scripts/setup/build-deps.sh"
 log "1/6 starting PostgreSQL and Kafka"
 bash "$REPO_ROOT/scripts/stack/infra.sh" start
 
-log "2/6 building the services (cargo build; the first build takes a few minutes)"
-(cd "$REPO_ROOT" && cargo build --quiet --bins)
+log "2/6 building the services (cargo build --bins: a first build compiles librdkafka and hundreds of crates, 15-20 minutes on 2 cores; later ones take seconds)"
+(cd "$REPO_ROOT" && cargo build --bins)
 
 # The key that seals endpoint secrets at rest. This one is for the local stack only; a
 # deployment sets HOOKSTREAM_SECRETS__KEY (or __KEY_FILE) from its secret store.

@@ -499,3 +499,57 @@ pub mod secured {
         }
     }
 }
+
+/// The local PostgreSQL's TLS (`scripts/stack/postgres.sh`): a server certificate for IP
+/// 127.0.0.1 only (not `localhost`) signed by the stack's own CA, the role `hookstream_mtls`
+/// that logs in only with the client certificate, and the group `hookstream_password_login`
+/// whose members must give their password (everyone else is trusted).
+pub mod pg_tls {
+    use std::path::PathBuf;
+
+    /// The role whose only way in is TLS with the stack's client certificate.
+    pub const MTLS_USER: &str = "hookstream_mtls";
+    /// Members of this role authenticate with a password (SCRAM), not `trust`.
+    pub const PASSWORD_GROUP: &str = "hookstream_password_login";
+
+    /// Where the stack keeps its CA and certificates.
+    pub fn tls_dir() -> PathBuf {
+        if let Ok(dir) = std::env::var("HOOKSTREAM_TEST_PG_TLS_DIR") {
+            return dir.into();
+        }
+        let state = std::env::var("HOOKSTREAM_STATE_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|_| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.hookstream"));
+        state.join("data/postgres-tls")
+    }
+
+    fn file(name: &str) -> PathBuf {
+        let path = tls_dir().join(name);
+        assert!(
+            path.exists(),
+            "{} is missing: PostgreSQL's TLS comes from scripts/stack/postgres.sh \
+             (restart an older cluster: bash scripts/stack/postgres.sh stop; make infra)",
+            path.display()
+        );
+        path
+    }
+
+    /// The CA the server's certificate chains to.
+    pub fn ca() -> PathBuf {
+        file("ca.pem")
+    }
+
+    /// The client certificate and key of [`MTLS_USER`].
+    pub fn client_cert() -> PathBuf {
+        file("client.crt")
+    }
+
+    pub fn client_key() -> PathBuf {
+        file("client.key")
+    }
+
+    /// The test PostgreSQL's URL (`HOOKSTREAM_TEST_DATABASE_URL`, database `postgres`).
+    pub fn database_url() -> String {
+        super::base_database_url()
+    }
+}

@@ -8,6 +8,7 @@
 
 mod dlq;
 mod listen;
+mod probe;
 mod secrets;
 
 use std::path::PathBuf;
@@ -69,6 +70,9 @@ enum Command {
     /// Keys that seal endpoint secrets at rest.
     #[command(subcommand)]
     Secrets(secrets::SecretsCmd),
+    /// GET a health URL (e.g. http://127.0.0.1:9100/readyz): exit 0 on a 2xx answer, else 1.
+    /// For health checks in images without a shell or curl; reads no configuration.
+    Probe(probe::ProbeArgs),
 }
 
 #[derive(Subcommand)]
@@ -254,6 +258,11 @@ fn one_line(e: &anyhow::Error) -> String {
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
+    // A health check must not fail on the service's configuration, nor need any.
+    let command = match cli.command {
+        Command::Probe(args) => return probe::run(args).await,
+        command => command,
+    };
     let mut cfg: CliConfig = hookstream_config::load(cli.config.as_deref())?;
     if let Some(url) = cli.database_url {
         cfg.database.url = url;
@@ -262,7 +271,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         cfg.kafka.brokers = brokers;
     }
     cfg.database.max_connections = 2;
-    match cli.command {
+    match command {
         Command::Listen(args) => listen::run(args).await,
         Command::Secrets(secrets::SecretsCmd::GenerateKey { id }) => secrets::generate_key(&id),
         Command::Topics(TopicsCmd::Create {
@@ -473,6 +482,7 @@ async fn run_db(command: Command, pool: &PgPool, cfg: &CliConfig) -> anyhow::Res
             }
         }
         Command::Listen(_)
+        | Command::Probe(_)
         | Command::Topics(_)
         | Command::Secrets(secrets::SecretsCmd::GenerateKey { .. }) => {
             unreachable!("handled without a database")
