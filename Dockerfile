@@ -24,15 +24,14 @@ ARG RUST_VERSION=1.95.0
 
 FROM rust:${RUST_VERSION}-slim-bookworm AS builder
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
-# cmake, a C/C++ compiler and make build the bundled librdkafka (never Debian's 2.0.2);
-# librdkafka 2.12 includes <curl/curl.h> even when built without curl, hence the header.
-# zlib1g-dev as on the machines Hookstream is built on: rdkafka's zlib then links libz.so.1
-# dynamically (copied into the runtime image below) rather than a vendored static zlib.
+# cmake, a C/C++ compiler and make build the bundled librdkafka (never Debian's 2.0.2) with
+# OpenSSL, curl and zlib compiled in (rdkafka's ssl-vendored, curl-static and libz-static
+# features): perl runs OpenSSL's Configure. The binaries need no libssl, libcurl or libz.
 # Versions are not pinned: the rust image tag pins the Debian release, and Debian security
 # updates remove the superseded package versions, which would break a pinned build.
 # hadolint ignore=DL3008
 RUN apt-get update \
- && apt-get install -y --no-install-recommends cmake g++ make pkg-config libcurl4-openssl-dev zlib1g-dev \
+ && apt-get install -y --no-install-recommends cmake g++ make perl pkg-config \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
