@@ -100,6 +100,54 @@ fn vars(env: &TestEnv, role: Role, max_in_flight_events: usize) -> Vec<(String, 
     v
 }
 
+/// Whether a member's assignment (Kafka's consumer protocol: an i16 version, then an i32 count
+/// of topics) names at least one topic.
+fn assigns_topics(assignment: &[u8]) -> bool {
+    assignment
+        .get(2..6)
+        .and_then(|b| <[u8; 4]>::try_from(b).ok())
+        .is_some_and(|b| i32::from_be_bytes(b) > 0)
+}
+
+/// Waits until consumer group `group` has `members` members, each with partitions assigned.
+async fn wait_for_group(
+    kafka: &hookstream_config::KafkaConfig,
+    group: &str,
+    members: usize,
+    timeout: Duration,
+) -> anyhow::Result<()> {
+    use hookstream_kafka::rdkafka::consumer::{BaseConsumer, Consumer};
+    let (kafka, group) = (kafka.clone(), group.to_string());
+    tokio::task::spawn_blocking(move || {
+        let client: BaseConsumer = hookstream_kafka::client_config(&kafka).create()?;
+        let deadline = Instant::now() + timeout;
+        loop {
+            let settled = client
+                .fetch_group_list(Some(&group), Duration::from_secs(5))
+                .map(|list| {
+                    list.groups().iter().any(|g| {
+                        g.name() == group
+                            && g.state() == "Stable"
+                            && g.members().len() == members
+                            && g.members()
+                                .iter()
+                                .all(|m| m.assignment().is_some_and(assigns_topics))
+                    })
+                })
+                .unwrap_or(false);
+            if settled {
+                return Ok(());
+            }
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "consumer group {group} did not settle with {members} members within {timeout:?}"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    })
+    .await?
+}
+
 fn start_topology(env: &TestEnv, args: &RunArgs) -> anyhow::Result<Vec<Slot>> {
     let mut slots = Vec::new();
     for role in Role::ALL {
@@ -560,8 +608,17 @@ pub async fn run(args: &RunArgs) -> anyhow::Result<(RunReport, Vec<Chart>)> {
         args.seed,
         slots.iter().map(Slot::name).collect::<Vec<_>>().join(", ")
     );
-    // Dispatchers join their groups, relays take their shards.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Every events-role instance must own partitions before the producers start: one joining
+    // later moves partitions with deliveries under way, whose duplicates no fault explains.
+    // (A fixed pause was not enough on a loaded machine.) Then the relays take their shards.
+    wait_for_group(
+        &env.kafka,
+        &env.kafka.group_id,
+        INSTANCES,
+        Duration::from_secs(120),
+    )
+    .await?;
+    tokio::time::sleep(Duration::from_secs(1)).await;
 
     let stop = Arc::new(AtomicBool::new(false));
     let stop_producing = Arc::new(AtomicBool::new(false));
