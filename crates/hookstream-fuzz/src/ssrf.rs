@@ -161,7 +161,7 @@ fn net(input: &mut Input<'_>) -> IpNet {
     let kind = input.byte();
     let bytes = input.array::<16>();
     let prefix = input.byte();
-    if kind % 2 == 0 {
+    if kind.is_multiple_of(2) {
         let addr = Ipv4Addr::new(bytes[0], bytes[1], bytes[2], bytes[3]);
         IpNet::V4(Ipv4Net::new(addr, prefix % 33).expect("prefix at most 32"))
     } else {
