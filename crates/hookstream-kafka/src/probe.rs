@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use hookstream_config::KafkaConfig;
 use rdkafka::client::ClientContext;
+use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::KafkaError;
 use rdkafka::types::RDKafkaErrorCode;
@@ -49,6 +50,20 @@ struct Seen(Arc<Mutex<Vec<(RDKafkaErrorCode, String)>>>);
 impl ClientContext for Seen {
     fn error(&self, error: KafkaError, reason: &str) {
         let code = error.rdkafka_error_code().unwrap_or(RDKafkaErrorCode::Fail);
+        self.push(code, reason);
+    }
+
+    /// librdkafka reports a failed handshake or login in its log as well, sometimes only
+    /// there (an error event can be folded into "all brokers down"): both are read.
+    fn log(&self, level: RDKafkaLogLevel, facility: &str, message: &str) {
+        if (level as i32) <= (RDKafkaLogLevel::Error as i32) {
+            self.push(RDKafkaErrorCode::Fail, &format!("{facility}: {message}"));
+        }
+    }
+}
+
+impl Seen {
+    fn push(&self, code: RDKafkaErrorCode, reason: &str) {
         self.0
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -61,12 +76,21 @@ impl ConsumerContext for Seen {}
 /// How long a service waits at start for Kafka to answer before giving up.
 pub const PROBE_TIMEOUT: Duration = Duration::from_secs(15);
 
-/// The start-up check every service runs: `probe` within `PROBE_TIMEOUT`, unless `shutdown`
-/// comes first (then `Ok(false)`: the service should stop without starting).
+/// The start-up check every service runs: `probe` until Kafka answers. A refused login or
+/// TLS failure is returned at once (an operator must act); brokers that do not answer are
+/// waited for, with a warning every `PROBE_TIMEOUT`, so a service started during a Kafka
+/// outage begins when Kafka is back instead of exiting into an orchestrator's growing restart
+/// back-off. `Ok(false)`: `shutdown` came first.
 pub async fn probe_at_start(cfg: &KafkaConfig, shutdown: &CancellationToken) -> Result<bool, ProbeError> {
-    tokio::select! {
-        probed = probe(cfg, PROBE_TIMEOUT) => probed.map(|()| true),
-        _ = shutdown.cancelled() => Ok(false),
+    loop {
+        tokio::select! {
+            probed = probe(cfg, PROBE_TIMEOUT) => match probed {
+                Ok(()) => return Ok(true),
+                Err(e) if e.is_configuration() => return Err(e),
+                Err(e) => tracing::warn!(error = %e, "kafka does not answer yet; waiting for it before starting"),
+            },
+            _ = shutdown.cancelled() => return Ok(false),
+        }
     }
 }
 

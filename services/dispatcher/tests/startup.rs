@@ -171,3 +171,36 @@ async fn a_tier_topic_with_fewer_partitions_than_configured_is_refused_at_once()
         started.elapsed()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafka_that_does_not_answer_is_waited_for_not_a_reason_to_exit() {
+    let env = TestEnv::new(1).await.unwrap();
+    let mut cfg = common::dispatcher_config(&env);
+    // Nothing listens here: a broker that is down, as during an outage.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    cfg.kafka.brokers = format!("127.0.0.1:{port}");
+    let shutdown = CancellationToken::new();
+    let registry = prometheus::Registry::new();
+    let run = tokio::spawn({
+        let shutdown = shutdown.clone();
+        async move { dispatcher::run(cfg, &registry, Default::default(), shutdown).await }
+    });
+    // Longer than one probe: it must still be waiting, not have exited into a restart loop.
+    tokio::time::sleep(hookstream_kafka::PROBE_TIMEOUT + Duration::from_secs(3)).await;
+    assert!(
+        !run.is_finished(),
+        "the dispatcher gave up on a Kafka that may come back"
+    );
+    let asked = std::time::Instant::now();
+    shutdown.cancel();
+    let ended = tokio::time::timeout(Duration::from_secs(5), run)
+        .await
+        .expect("a SIGTERM ends the wait at once")
+        .unwrap();
+    ended.expect("stopping while waiting is a clean stop");
+    assert!(asked.elapsed() < Duration::from_secs(2), "{:?}", asked.elapsed());
+}

@@ -18,6 +18,8 @@ struct PrivateKafka {
     state: PathBuf,
     port: u16,
     controller: u16,
+    /// The stack's secured listeners (SASL_SSL, mutual TLS), on free ports of their own.
+    secured: (u16, u16),
 }
 
 fn free_port() -> u16 {
@@ -39,6 +41,7 @@ impl PrivateKafka {
             state,
             port: free_port(),
             controller: free_port(),
+            secured: (free_port(), free_port()),
         };
         k.run("start");
         k
@@ -51,6 +54,8 @@ impl PrivateKafka {
             .env("HOOKSTREAM_STATE_DIR", &self.state)
             .env("HOOKSTREAM_KAFKA_PORT", self.port.to_string())
             .env("HOOKSTREAM_KAFKA_CONTROLLER_PORT", self.controller.to_string())
+            .env("HOOKSTREAM_KAFKA_SASL_PORT", self.secured.0.to_string())
+            .env("HOOKSTREAM_KAFKA_MTLS_PORT", self.secured.1.to_string())
             .status()
             .expect("run kafka.sh");
         assert!(status.success(), "kafka.sh {action} failed");
