@@ -28,7 +28,9 @@ trap 'verdict_on_exit $?' EXIT
 started=$SECONDS
 
 COMPOSE_FILE="$(realpath "${1:-$REPO_ROOT/docker-compose.yml}")"
-SHARED_DIR="${HOOKSTREAM_SHARED_DIR:-$REPO_ROOT/../shared}"
+# shellcheck source=scripts/check/shared.sh
+source "$REPO_ROOT/scripts/check/shared.sh"
+SHARED_DIR="$(shared_dir "$REPO_ROOT")" || fail "the offline schemas are missing"
 SCHEMA="$SHARED_DIR/schemas/compose/compose-spec.json"
 [[ -f "$COMPOSE_FILE" ]] || fail "no $COMPOSE_FILE"
 [[ -f "$SCHEMA" ]] || fail "no compose schema at $SCHEMA (set HOOKSTREAM_SHARED_DIR)"

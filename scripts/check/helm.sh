@@ -13,7 +13,9 @@ set -euo pipefail
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 CHART="$REPO_ROOT/helm/hookstream"
-SCHEMAS="$(cd "$REPO_ROOT/.." && pwd)/shared/schemas"
+# shellcheck source=scripts/check/shared.sh
+source "$REPO_ROOT/scripts/check/shared.sh"
+SCHEMAS="$(shared_dir "$REPO_ROOT")/schemas" || exit 1
 CACHE="${HOME}/.cache/hookstream"
 BIN="$CACHE/bin"
 KUBE_VERSION=1.31.0
