@@ -94,6 +94,23 @@ pub enum ErrorClass {
 }
 
 impl ErrorClass {
+    /// Every class, for exporting each label value from the start.
+    pub const ALL: [ErrorClass; 13] = [
+        ErrorClass::None,
+        ErrorClass::Http3xx,
+        ErrorClass::Http4xx,
+        ErrorClass::Http429,
+        ErrorClass::Http5xx,
+        ErrorClass::Http410,
+        ErrorClass::Timeout,
+        ErrorClass::Connect,
+        ErrorClass::Tls,
+        ErrorClass::SsrfBlocked,
+        ErrorClass::InvalidUrl,
+        ErrorClass::NoSecret,
+        ErrorClass::Other,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             ErrorClass::None => "none",

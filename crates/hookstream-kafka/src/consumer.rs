@@ -249,7 +249,7 @@ pub async fn run<H: Handler>(
         tasks: TaskTracker::new(),
         done: mpsc::unbounded_channel(),
         seq: 0,
-        lag: LagGauges::new(metrics, settings.group_id.clone()),
+        lag: LagGauges::new(metrics, settings.group_id.clone(), settings.role),
     };
     let result = member.consume(&shutdown).await;
     member.drain(settings.grace).await;
@@ -275,7 +275,7 @@ impl<H: Handler> Member<H> {
     async fn consume(&mut self, shutdown: &CancellationToken) -> Result<(), ConsumerError> {
         let mut lag_tick = tokio::time::interval(LAG_EVERY);
         lag_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut measuring: Option<tokio::task::JoinHandle<Result<Vec<lag::PartitionLag>, KafkaError>>> = None;
+        let mut measuring: Option<tokio::task::JoinHandle<Result<lag::Measured, KafkaError>>> = None;
         loop {
             self.resume_assigned();
             let (next_hold, parked) = {
@@ -323,9 +323,9 @@ impl<H: Handler> Member<H> {
                 measured = async { measuring.as_mut().expect("guarded").await }, if measuring.is_some() => {
                     measuring = None;
                     match measured {
-                        Ok(Ok(lags)) => {
+                        Ok(Ok(measured)) => {
                             let tracked = lock(&self.state).tracker.snapshot();
-                            self.lag.update(&lags, &tracked, now_ms());
+                            self.lag.update(&measured, &tracked, now_ms());
                         }
                         Ok(Err(e)) => tracing::debug!(role = self.role, error = %e, "cannot measure lag"),
                         Err(e) => return Err(ConsumerError::Fatal { role: self.role, reason: format!("lag measurement panicked: {e}") }),

@@ -243,11 +243,13 @@ pub async fn describe(
 
 /// Refuses tiers whose retention is shorter than their delay plus the headroom
 /// (`RetryConfig::required_retention_ms`). Warns about tiers whose timestamps are the
-/// producers' (`CreateTime`): their hops then follow the producers' clocks.
-pub async fn check_tiers(kafka: &KafkaConfig, retry: &RetryConfig) -> Result<(), TopicError> {
+/// producers' (`CreateTime`): their hops then follow the producers' clocks. Returns each
+/// tier topic's retention in ms (-1: unlimited), for the retention guard's gauge.
+pub async fn check_tiers(kafka: &KafkaConfig, retry: &RetryConfig) -> Result<Vec<(String, i64)>, TopicError> {
     let tiers = retry.tiers();
     let names: Vec<String> = tiers.iter().map(|t| t.topic.clone()).collect();
     let configs = describe(kafka, &names).await?;
+    let mut retentions = Vec::with_capacity(tiers.len());
     for tier in &tiers {
         let Some(c) = configs.get(&tier.topic) else {
             return Err(TopicError::Missing(tier.topic.clone()));
@@ -268,8 +270,9 @@ pub async fn check_tiers(kafka: &KafkaConfig, retry: &RetryConfig) -> Result<(),
                 "retry tier uses the producers' timestamps (CreateTime): hops follow the dispatchers' clocks; \
                  `hookstream topics create --fix` sets LogAppendTime");
         }
+        retentions.push((tier.topic.clone(), retention_ms));
     }
-    Ok(())
+    Ok(retentions)
 }
 
 /// What `fix` changed.

@@ -1,6 +1,10 @@
 //! The admin listener: `/metrics` (Prometheus text), `/healthz` (liveness: 503 once a task of
 //! the service stopped unexpectedly) and `/readyz` (readiness: 503 until ready, while
 //! draining, and after a failure).
+//!
+//! `/metrics` also reads the health at each scrape: `hookstream_ready` and `hookstream_healthy`
+//! (1 or 0, what `/readyz` and `/healthz` would answer), so an alert can tell a service that
+//! runs but does not work from one that is down (`up == 0`).
 
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -8,7 +12,7 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::Router;
 use hookstream_config::TelemetryConfig;
-use prometheus::{Encoder, Registry, TextEncoder};
+use prometheus::{Encoder, IntGauge, Registry, TextEncoder};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
@@ -18,6 +22,16 @@ use crate::Health;
 struct AdminState {
     registry: Registry,
     health: Health,
+    ready: IntGauge,
+    healthy: IntGauge,
+}
+
+fn health_gauge(registry: &Registry, name: &str, help: &str) -> IntGauge {
+    let g = IntGauge::new(name, help).expect("valid metric");
+    if let Err(e) = registry.register(Box::new(g.clone())) {
+        tracing::warn!(error = %e, metric = name, "health gauge registered twice");
+    }
+    g
 }
 
 /// Binds the admin listener (metrics and health).
@@ -32,17 +46,34 @@ pub async fn serve_admin(
     health: Health,
     stop: CancellationToken,
 ) -> std::io::Result<()> {
+    let ready = health_gauge(
+        &registry,
+        "hookstream_ready",
+        "1 while the service is ready (/readyz answers 200)",
+    );
+    let healthy = health_gauge(
+        &registry,
+        "hookstream_healthy",
+        "1 until a task of the service stopped unexpectedly (/healthz answers 200)",
+    );
     let app = Router::new()
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
-        .with_state(AdminState { registry, health });
+        .with_state(AdminState {
+            registry,
+            health,
+            ready,
+            healthy,
+        });
     axum::serve(listener, app)
         .with_graceful_shutdown(async move { stop.cancelled().await })
         .await
 }
 
 async fn metrics(State(state): State<AdminState>) -> impl IntoResponse {
+    state.ready.set(i64::from(state.health.is_ready()));
+    state.healthy.set(i64::from(state.health.failure().is_none()));
     let mut buf = Vec::new();
     let families = state.registry.gather();
     match TextEncoder::new().encode(&families, &mut buf) {

@@ -92,6 +92,18 @@ pub async fn run(
         return Ok(()); // asked to stop while waiting for Kafka
     }
     let metrics = DispatcherMetrics::register(registry);
+    for role in [Role::Events, Role::Retry, Role::DlqSink] {
+        let runs = cfg.dispatcher.runs(role)
+            && match role {
+                Role::Retry => cfg.retry.enabled,
+                Role::DlqSink => cfg.dlq.sink_enabled,
+                Role::Events => true,
+            };
+        metrics
+            .roles
+            .with_label_values(&[role.as_str()])
+            .set(i64::from(runs));
+    }
     let consumer_metrics = ConsumerMetrics::register(registry);
     let pool = hookstream_store::connect(&cfg.database).await?;
     if cfg.database.migrate_on_start {
@@ -106,7 +118,15 @@ pub async fn run(
             &hookstream_kafka::topics::tier_specs(&cfg.kafka, &cfg.retry),
         )
         .await?;
-        hookstream_kafka::topics::check_tiers(&cfg.kafka, &cfg.retry).await?;
+        for (topic, retention_ms) in hookstream_kafka::topics::check_tiers(&cfg.kafka, &cfg.retry).await? {
+            if retention_ms >= 0 {
+                metrics
+                    .tier_retention
+                    .with_label_values(&[topic.as_str()])
+                    .set(retention_ms as f64 / 1000.0);
+            }
+        }
+        metrics.init_tiers(cfg.retry.tiers().iter().map(|t| cfg.retry.tier_label(&t.topic)));
     }
     let subs = subscriptions::Subscriptions::load(pool.clone(), sealer, metrics.clone()).await?;
     let producer = hookstream_kafka::producer_config(&cfg.kafka, Duration::from_secs(30)).create()?;

@@ -1,9 +1,10 @@
 //! The dispatcher's Prometheus metrics (`hookstream_dispatcher_*`). Labels come from small
 //! fixed sets (outcome, error class), never from URLs or tenant ids.
 
+use hookstream_delivery::ErrorClass;
 use hookstream_telemetry::prometheus::{
-    exponential_buckets, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts,
-    Registry,
+    exponential_buckets, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec,
+    IntGauge, IntGaugeVec, Opts, Registry,
 };
 
 /// Retry lateness buckets: fine below a second (the objective is p99 ≤ 1 s), coarse above.
@@ -69,6 +70,11 @@ pub struct DispatcherMetrics {
     pub rate_limit_fallbacks: IntCounter,
     /// Live dispatcher replicas sharing the concurrency caps, as this one last saw.
     pub group_replicas: IntGauge,
+    /// Each retry tier topic's retention (seconds), as the broker reported it at start:
+    /// a tier whose oldest waiting record nears it is about to lose records.
+    pub tier_retention: GaugeVec,
+    /// 1 for each role this replica runs (`events`, `retry`, `dlq_sink`), 0 for the others.
+    pub roles: IntGaugeVec,
 }
 
 impl DispatcherMetrics {
@@ -233,6 +239,22 @@ impl DispatcherMetrics {
                 "Rate-limit checks the database could not answer (the replica's own bucket decided)",
             )
             .unwrap(),
+            roles: IntGaugeVec::new(
+                Opts::new(
+                    "hookstream_dispatcher_roles",
+                    "1 for each role this replica runs (events, retry, dlq_sink)",
+                ),
+                &["role"],
+            )
+            .unwrap(),
+            tier_retention: GaugeVec::new(
+                Opts::new(
+                    "hookstream_retry_tier_retention_seconds",
+                    "Retention of each retry tier topic as the broker reported it at start",
+                ),
+                &["topic"],
+            )
+            .unwrap(),
             group_replicas: IntGauge::new(
                 "hookstream_dispatcher_group_replicas",
                 "Live dispatcher replicas sharing endpoint concurrency caps, as this one last saw",
@@ -241,6 +263,8 @@ impl DispatcherMetrics {
         };
         let _ = registry.register(Box::new(m.rate_limit_fallbacks.clone()));
         let _ = registry.register(Box::new(m.group_replicas.clone()));
+        let _ = registry.register(Box::new(m.tier_retention.clone()));
+        let _ = registry.register(Box::new(m.roles.clone()));
         let _ = registry.register(Box::new(m.dlq_stored.clone()));
         let _ = registry.register(Box::new(m.dlq_store_errors.clone()));
         let _ = registry.register(Box::new(m.dlq_pruned.clone()));
@@ -265,6 +289,55 @@ impl DispatcherMetrics {
         let _ = registry.register(Box::new(m.dead_letters.clone()));
         let _ = registry.register(Box::new(m.in_flight.clone()));
         let _ = registry.register(Box::new(m.endpoints_disabled.clone()));
+        m.init_series();
         m
+    }
+
+    /// Exports every label value of the fixed sets at 0 from the start, so that dashboards
+    /// and alerts see a series (and `rate` a first sample) before the first occurrence.
+    fn init_series(&self) {
+        let init = |v: &IntCounterVec, values: &[&str]| {
+            for value in values {
+                v.with_label_values(&[value]);
+            }
+        };
+        init(
+            &self.events,
+            &[
+                "routed",
+                "unsubscribed",
+                "unknown_tenant",
+                "unknown_tenant_rerouted",
+                "undecodable",
+            ],
+        );
+        let verdicts = ["delivered", "retryable", "permanent", "gone"];
+        init(&self.deliveries, &verdicts);
+        for v in verdicts {
+            self.attempt_duration.with_label_values(&[v]);
+        }
+        let classes: Vec<&str> = ErrorClass::ALL
+            .iter()
+            .map(|c| c.as_str())
+            .chain(["decode", "unknown_tenant", "endpoint_disabled"])
+            .collect();
+        init(&self.dead_letters, &classes);
+        init(&self.endpoints_disabled, &["gone", "failing"]);
+        init(&self.dlq_stored, &["stored", "duplicate"]);
+        init(&self.dlq_replayed, &["dead_letter", "resend"]);
+        init(
+            &self.deferrals,
+            &["breaker_open", "rate_limited", "endpoint_busy"],
+        );
+        init(&self.breaker_transitions, &["open", "half_open", "closed"]);
+        init(&self.subscription_refreshes, &["incremental", "full"]);
+    }
+
+    /// Exports the retry tiers' series (by tier label: `5s`, `5m`, …) at 0.
+    pub fn init_tiers<'a>(&self, tiers: impl IntoIterator<Item = &'a str>) {
+        for tier in tiers {
+            self.retry_produced.with_label_values(&[tier]);
+            self.retry_consumed.with_label_values(&[tier]);
+        }
     }
 }
