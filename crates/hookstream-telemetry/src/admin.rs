@@ -4,7 +4,8 @@
 //!
 //! `/metrics` also reads the health at each scrape: `hookstream_ready` and `hookstream_healthy`
 //! (1 or 0, what `/readyz` and `/healthz` would answer), so an alert can tell a service that
-//! runs but does not work from one that is down (`up == 0`).
+//! runs but does not work from one that is down (`up == 0`); and
+//! `hookstream_build_info{service,version}` says which service answers.
 
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -39,13 +40,15 @@ pub async fn bind_admin(cfg: &TelemetryConfig) -> std::io::Result<TcpListener> {
     TcpListener::bind(&cfg.listen).await
 }
 
-/// Serves `/metrics`, `/healthz` and `/readyz` until `stop` is cancelled.
+/// Serves `/metrics`, `/healthz` and `/readyz` for `service` until `stop` is cancelled.
 pub async fn serve_admin(
+    service: &'static str,
     listener: TcpListener,
     registry: Registry,
     health: Health,
     stop: CancellationToken,
 ) -> std::io::Result<()> {
+    register_build_info(&registry, service);
     let ready = health_gauge(
         &registry,
         "hookstream_ready",
@@ -69,6 +72,20 @@ pub async fn serve_admin(
     axum::serve(listener, app)
         .with_graceful_shutdown(async move { stop.cancelled().await })
         .await
+}
+
+/// `hookstream_build_info{service,version} 1`: which service and version answer a scrape.
+fn register_build_info(registry: &Registry, service: &str) {
+    let info = prometheus::IntGaugeVec::new(
+        prometheus::Opts::new("hookstream_build_info", "The service and its version (always 1)"),
+        &["service", "version"],
+    )
+    .expect("valid metric");
+    info.with_label_values(&[service, env!("CARGO_PKG_VERSION")])
+        .set(1);
+    if let Err(e) = registry.register(Box::new(info)) {
+        tracing::warn!(error = %e, "build info registered twice");
+    }
 }
 
 async fn metrics(State(state): State<AdminState>) -> impl IntoResponse {

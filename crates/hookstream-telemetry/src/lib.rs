@@ -49,7 +49,6 @@ where
 {
     init_logging(cfg);
     let registry = Registry::new();
-    register_build_info(&registry, name);
     let health = Health::default();
     let shutdown = shutdown_on_signal();
     let listener = match bind_admin(cfg).await {
@@ -63,6 +62,7 @@ where
     tracing::info!(admin = %local_addr(&listener), "{name} starting");
     let stop_admin = CancellationToken::new();
     let admin = tokio::spawn(serve_admin(
+        name,
         listener,
         registry.clone(),
         health.clone(),
@@ -82,20 +82,6 @@ where
             eprintln!("{name}: {e}");
             ExitCode::from(e.exit_code())
         }
-    }
-}
-
-/// `hookstream_build_info{service,version} 1`: which service and version answer a scrape.
-fn register_build_info(registry: &Registry, service: &str) {
-    let info = prometheus::IntGaugeVec::new(
-        prometheus::Opts::new("hookstream_build_info", "The service and its version (always 1)"),
-        &["service", "version"],
-    )
-    .expect("valid metric");
-    info.with_label_values(&[service, env!("CARGO_PKG_VERSION")])
-        .set(1);
-    if let Err(e) = registry.register(Box::new(info)) {
-        tracing::warn!(error = %e, "build info registered twice");
     }
 }
 
