@@ -8,8 +8,9 @@
 #  3. every HOOKSTREAM_<SECTION>__<KEY> variable a service sets names a key that
 #     docs/configuration.md documents (a typo such as HOOKSTREAM_KAFKA__BROKER fails here,
 #     not at `docker compose up`);
-#  4. promtool (from Debian's prometheus package, extracted, not installed: installing it
-#     would start a Prometheus) checks deploy/prometheus/prometheus.yml; the metrics port is
+#  4. promtool (Debian's prometheus package, which scripts/setup/build-deps.sh installs; else
+#     extracted from the package into the cache) checks deploy/prometheus/prometheus.yml; the
+#     alert rules it loads are mounted from helm/hookstream/alerts; the metrics port is
 #     the same in the Dockerfile (EXPOSE), the services' environment and Prometheus; the Grafana
 #     provisioning files must parse as YAML;
 #  5. when the binaries are built (target/release or target/debug, or BIN_DIR), each Hookstream
@@ -110,7 +111,7 @@ print(f"[check/compose] {n} HOOKSTREAM_* variables over {len(envs)} services: ev
 PYEOF
 
 # --- 4. Prometheus and Grafana files ----------------------------------------------------
-PROMTOOL="$CACHE_DIR/bin/promtool"
+PROMTOOL="$(command -v promtool || echo "$CACHE_DIR/bin/promtool")"
 if [[ ! -x "$PROMTOOL" ]]; then
   log "fetching promtool from Debian's prometheus package into $PROMTOOL"
   (cd "$WORK" && apt-get download -q prometheus >/dev/null 2>&1 && dpkg-deb -x prometheus_*.deb deb) ||

@@ -4,6 +4,7 @@
 #   (confluentinc/librdkafka#5135, fede1024/rust-rdkafka#829); only the header is used.
 # - cmake, a C/C++ compiler, pkg-config: to build the bundled librdkafka.
 # - Java 17 and Maven: to fetch and run Kafka; curl: used by `make up`.
+# - prometheus (and its promtool): `make up` runs it; `make test` checks and tests the rules.
 set -euo pipefail
 
 missing=()
@@ -15,6 +16,8 @@ command -v java >/dev/null || missing+=(openjdk-17-jre-headless)
 command -v mvn >/dev/null || missing+=(maven)
 command -v curl >/dev/null || missing+=(curl)
 command -v psql >/dev/null || missing+=(postgresql-client)
+command -v python3 >/dev/null || missing+=(python3)
+command -v prometheus >/dev/null || missing+=(prometheus)  # `make up` runs it; promtool checks and tests the alert rules
 command -v buildah >/dev/null || missing+=(buildah)  # scripts/check/image.sh builds and runs the image without Docker
 
 if ((${#missing[@]})); then

@@ -5,4 +5,5 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 for name in demo-receiver dispatcher outbox-relay; do
   if pid_alive "$STATE_DIR/run/$name.pid"; then stop_pidfile "$STATE_DIR/run/$name.pid" "$name"; fi
 done
+bash "$REPO_ROOT/scripts/stack/prometheus.sh" stop
 bash "$REPO_ROOT/scripts/stack/infra.sh" stop

@@ -10,3 +10,4 @@ for name in outbox-relay dispatcher demo-receiver; do
     echo "$name: stopped"
   fi
 done
+bash "$REPO_ROOT/scripts/stack/prometheus.sh" status

@@ -18,10 +18,10 @@ wait_for_http() { # url timeout name
 
 bash "$REPO_ROOT/scripts/setup/build-deps.sh"
 
-log "1/6 starting PostgreSQL and Kafka"
+log "1/7 starting PostgreSQL and Kafka"
 bash "$REPO_ROOT/scripts/stack/infra.sh" start
 
-log "2/6 building the services (cargo build --bins: a first build compiles librdkafka and hundreds of crates, 15-20 minutes on 2 cores; later ones take seconds)"
+log "2/7 building the services (cargo build --bins: a first build compiles librdkafka and hundreds of crates, 15-20 minutes on 2 cores; later ones take seconds)"
 (cd "$REPO_ROOT" && cargo build --bins)
 
 # The key that seals endpoint secrets at rest. This one is for the local stack only; a
@@ -30,11 +30,11 @@ key_file="$STATE_DIR/secrets.key"
 if [[ ! -s "$key_file" ]]; then (umask 077; "$HS" secrets generate-key --id local >"$key_file"); fi
 export HOOKSTREAM_SECRETS__KEY_FILE="$key_file"
 
-log "3/6 migrating the database and creating topics"
+log "3/7 migrating the database and creating topics"
 "$HS" migrate
 "$HS" topics create --partitions 6
 
-log "4/6 starting outbox-relay and dispatcher"
+log "4/7 starting outbox-relay and dispatcher"
 start_service() {
   local name=$1
   local pidfile="$STATE_DIR/run/$name.pid"
@@ -47,7 +47,10 @@ start_service dispatcher
 wait_for_http "http://127.0.0.1:9101/readyz" 30 outbox-relay
 wait_for_http "http://127.0.0.1:9102/readyz" 30 dispatcher
 
-log "5/6 demo tenant, endpoint and receiver on 127.0.0.1:$DEMO_PORT"
+log "5/7 starting Prometheus (scrapes both, evaluates the alert rules)"
+bash "$REPO_ROOT/scripts/stack/prometheus.sh" start
+
+log "6/7 demo tenant, endpoint and receiver on 127.0.0.1:$DEMO_PORT"
 "$HS" tenant create demo >/dev/null 2>&1 || true
 demo_env="$STATE_DIR/demo.env"
 endpoint_id=""; secret=""
@@ -67,7 +70,7 @@ HOOKSTREAM_LISTEN_SECRET="$secret" nohup "$HS" listen --addr "127.0.0.1:$DEMO_PO
 echo $! >"$receiver_pid"
 wait_for_tcp 127.0.0.1 "$DEMO_PORT" 15 demo-receiver
 
-log "6/6 publishing demo events through the outbox"
+log "7/7 publishing demo events through the outbox"
 ids=$("$HS" event publish --tenant demo --type order.created --aggregate order-1001 --data '{"order_id":1001,"total":"42.00"}'
       "$HS" event publish --tenant demo --type order.paid --aggregate order-1001 --data '{"order_id":1001,"method":"card"}'
       "$HS" event publish --tenant demo --type user.created --aggregate user-7 --data '{"user_id":7,"email":"ada@example.com"}')
@@ -94,6 +97,7 @@ Hookstream is running ($(( $(date +%s) - started_at )) s):
   Kafka           127.0.0.1:${HOOKSTREAM_KAFKA_PORT:-9092}
   outbox-relay    metrics http://127.0.0.1:9101/metrics
   dispatcher      metrics http://127.0.0.1:9102/metrics
+  Prometheus      http://127.0.0.1:${HOOKSTREAM_PROMETHEUS_PORT:-9090}  (alerts: /alerts; dashboard JSON for Grafana: helm/hookstream/dashboards/hookstream.json)
   demo receiver   http://127.0.0.1:$DEMO_PORT/webhooks  (endpoint $endpoint_id)
   logs            $STATE_DIR/logs
 
