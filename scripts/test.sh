@@ -28,11 +28,12 @@ log "running the test suite"
 status=0
 cargo test --workspace --all-targets --no-fail-fast "$@" || status=$?
 
-# Deployment files, validated offline against the real loaders (the binaries just built).
+# Monitoring (alert rules and their promtool tests, runbooks, dashboard) and deployment files,
+# validated offline against the real loaders (the binaries just built).
 wait "$tools_pid" || { tail -n 30 "$CHECK_LOG_DIR/tools.log" >&2; die "could not install the check tools, see $CHECK_LOG_DIR/tools.log"; }
-for check in scripts/check/helm.sh scripts/check/compose.sh scripts/check/image.sh; do
+for check in scripts/check/monitoring.sh scripts/check/helm.sh scripts/check/compose.sh scripts/check/image.sh; do
   log "check: $check"
-  if ! HOOKSTREAM_BIN_DIR="$REPO_ROOT/target/debug" bash "$check" >"$CHECK_LOG_DIR/$(basename "$check" .sh).log" 2>&1; then
+  if ! HOOKSTREAM_BIN_DIR="${CARGO_TARGET_DIR:-$REPO_ROOT/target}/debug" bash "$check" >"$CHECK_LOG_DIR/$(basename "$check" .sh).log" 2>&1; then
     tail -n 40 "$CHECK_LOG_DIR/$(basename "$check" .sh).log" >&2
     log "FAILED: $check (log: $CHECK_LOG_DIR/$(basename "$check" .sh).log)"
     status=1
