@@ -56,7 +56,9 @@ demo_env="$STATE_DIR/demo.env"
 endpoint_id=""; secret=""
 if [[ -f "$demo_env" ]]; then source "$demo_env"; fi
 if [[ -z "$endpoint_id" ]] || ! "$HS" endpoint list --tenant demo | grep -q "^$endpoint_id .*enabled"; then
-  created=$("$HS" endpoint create --tenant demo --url "http://127.0.0.1:$DEMO_PORT/webhooks" --event-types 'order.*,user.created' --json)
+  # The dispatcher's config: its SSRF allow-list lets the demo endpoint be on loopback (endpoint
+  # creation refuses IP literals in refused ranges, as the dispatcher would at connect time).
+  created=$("$HS" --config "$REPO_ROOT/config/local/dispatcher.toml" endpoint create --tenant demo --url "http://127.0.0.1:$DEMO_PORT/webhooks" --event-types 'order.*,user.created' --json)
   endpoint_id=$(sed -E 's/.*"id":"([^"]+)".*/\1/' <<<"$created")
   secret=$(sed -E 's/.*"secret":"([^"]+)".*/\1/' <<<"$created")
   printf 'endpoint_id=%s\nsecret=%s\n' "$endpoint_id" "$secret" >"$demo_env"
