@@ -427,7 +427,7 @@ mod tests {
         let r = trigger(100).read(&[offsets(Some(0), 699)]);
         assert_eq!(r.metric, 100);
         // Integer division: 696 / 100 = 6, not above 6 partitions, so not cut.
-        let r = trigger(100).read(&vec![offsets(Some(0), 116); 6]);
+        let r = trigger(100).read(&[offsets(Some(0), 116); 6]);
         assert_eq!(r.metric, 696);
     }
 
@@ -495,6 +495,9 @@ mod tests {
         let mut so = object();
         so.min_replicas = 0;
         so.trigger.activation_lag_threshold = 50;
+        // Readings by this object's trigger (activation above 50).
+        let trigger = so.trigger;
+        let reading = |lag: i64| trigger.read(&[offsets(Some(0), lag)]);
         let mut a = Autoscaler::new(so, 0.0, 0);
         assert_eq!(
             a.poll(15.0, 0, reading(40)).replicas,
