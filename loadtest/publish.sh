@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# Runs every published scenario three times (each report holds the medians; chaos once) and
-# copies the charts docs/benchmarks.md shows into docs/benchmarks/. Uses the local stack
-# (started if needed; HOOKSTREAM_PG_PORT / HOOKSTREAM_KAFKA_PORT pick another one), except
-# chaos, which restarts Kafka and PostgreSQL: it gets a stack of its own (CHAOS_STATE_DIR,
+# Runs every published scenario three times (each report holds the medians; chaos and
+# autoscale once) and copies the charts docs/benchmarks.md shows into docs/benchmarks/. Uses
+# the local stack (started if needed; HOOKSTREAM_PG_PORT / HOOKSTREAM_KAFKA_PORT pick another
+# one), except chaos, which restarts Kafka and PostgreSQL: it gets a stack of its own (CHAOS_STATE_DIR,
 # CHAOS_PG_PORT, CHAOS_KAFKA_PORT, CHAOS_KAFKA_CONTROLLER_PORT), started for it and stopped
 # after. Needs the machine to itself: anything else running shows in the figures.
 #
-#   loadtest/publish.sh                 # every scenario (about 80 minutes on 2 cores)
+#   loadtest/publish.sh                 # every scenario (about 100 minutes on 2 cores)
 #   loadtest/publish.sh steady crash    # some of them
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -26,6 +26,7 @@ SCENARIOS=(
   "crash|crash --events 20000 --rate 500 --endpoints 1 --seed 7 --baseline --baseline-variants polling-tuned"
   "fleet|fleet --events 5000 --rate 250"
   "chaos|chaos --rate 200 --seed 1|1"
+  "autoscale|autoscale --max-in-flight-events 50 --receiver-delay-ms 500 --idle-s 30 --step-s 120 --time-scale 5|1"
 )
 
 CHAOS_STATE_DIR="${CHAOS_STATE_DIR:-$PWD/.hookstream-chaos}"

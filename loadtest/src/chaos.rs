@@ -28,6 +28,7 @@ use crate::cli::RunArgs;
 use crate::engine::{self, Class, Kind, Outcome, Sample, Service};
 use crate::fault_tally::{self, Commit, DeadLetter, Observed, Seen, Shipped, Stored, Struck};
 use crate::faults::{self, Before, Counts, FaultKind, Planned, Role};
+use crate::group;
 use crate::phase_charts;
 use crate::report::{
     ChaosFigures, ChaosSection, Crash, DrainFigures, HandoverFigures, Machine, ProducerFigures, RunReport,
@@ -91,61 +92,11 @@ impl Slot {
 fn vars(env: &TestEnv, role: Role, max_in_flight_events: usize) -> Vec<(String, String)> {
     let roles = match role {
         Role::Relay => return service_env(env),
-        Role::Events => "[\"events\"]",
-        Role::Retry => "[\"retry\"]",
-        Role::DlqSink => "[\"dlq_sink\"]",
+        Role::Events => "events",
+        Role::Retry => "retry",
+        Role::DlqSink => "dlq_sink",
     };
-    let mut v = engine::dispatcher_vars(env, max_in_flight_events);
-    v.push(("HOOKSTREAM_DISPATCHER__ROLES".into(), roles.into()));
-    v
-}
-
-/// Whether a member's assignment (Kafka's consumer protocol: an i16 version, then an i32 count
-/// of topics) names at least one topic.
-fn assigns_topics(assignment: &[u8]) -> bool {
-    assignment
-        .get(2..6)
-        .and_then(|b| <[u8; 4]>::try_from(b).ok())
-        .is_some_and(|b| i32::from_be_bytes(b) > 0)
-}
-
-/// Waits until consumer group `group` has `members` members, each with partitions assigned.
-async fn wait_for_group(
-    kafka: &hookstream_config::KafkaConfig,
-    group: &str,
-    members: usize,
-    timeout: Duration,
-) -> anyhow::Result<()> {
-    use hookstream_kafka::rdkafka::consumer::{BaseConsumer, Consumer};
-    let (kafka, group) = (kafka.clone(), group.to_string());
-    tokio::task::spawn_blocking(move || {
-        let client: BaseConsumer = hookstream_kafka::client_config(&kafka).create()?;
-        let deadline = Instant::now() + timeout;
-        loop {
-            let settled = client
-                .fetch_group_list(Some(&group), Duration::from_secs(5))
-                .map(|list| {
-                    list.groups().iter().any(|g| {
-                        g.name() == group
-                            && g.state() == "Stable"
-                            && g.members().len() == members
-                            && g.members()
-                                .iter()
-                                .all(|m| m.assignment().is_some_and(assigns_topics))
-                    })
-                })
-                .unwrap_or(false);
-            if settled {
-                return Ok(());
-            }
-            anyhow::ensure!(
-                Instant::now() < deadline,
-                "consumer group {group} did not settle with {members} members within {timeout:?}"
-            );
-            std::thread::sleep(Duration::from_millis(200));
-        }
-    })
-    .await?
+    engine::role_vars(env, max_in_flight_events, &[roles])
 }
 
 fn start_topology(env: &TestEnv, args: &RunArgs) -> anyhow::Result<Vec<Slot>> {
@@ -158,7 +109,12 @@ fn start_topology(env: &TestEnv, args: &RunArgs) -> anyhow::Result<Vec<Slot>> {
         for index in 0..INSTANCES {
             let name = format!("{}-{index}", role.name());
             let log = args.out.join(format!("chaos-seed{}-{name}.log", args.seed));
-            let svc = Service::start(name, bin.clone(), vars(env, role, args.max_in_flight_events), log)?;
+            let svc = Service::start(
+                name,
+                bin.clone(),
+                vars(env, role, args.max_in_flight_events()),
+                log,
+            )?;
             slots.push(Slot {
                 role,
                 index,
@@ -611,9 +567,10 @@ pub async fn run(args: &RunArgs) -> anyhow::Result<(RunReport, Vec<Chart>)> {
     // Every events-role instance must own partitions before the producers start: one joining
     // later moves partitions with deliveries under way, whose duplicates no fault explains.
     // (A fixed pause was not enough on a loaded machine.) Then the relays take their shards.
-    wait_for_group(
+    group::wait_for_group(
         &env.kafka,
         &env.kafka.group_id,
+        &env.kafka.topics.events,
         INSTANCES,
         Duration::from_secs(120),
     )

@@ -48,6 +48,12 @@ pub enum Scenario {
     /// restarted and the database is down for `--db-outage-s`: loss, duplicates and resume
     /// time per fault kind. Restarts Kafka and PostgreSQL: needs a stack of its own.
     Chaos,
+    /// KEDA's Kafka scaler and the HPA emulated with the chart's rules (time constants ÷
+    /// `--time-scale`), starting and stopping real events-role dispatchers, against a load step
+    /// (idle `--idle-s`, then three times one dispatcher's measured capacity for `--step-s`,
+    /// then idle); then the same step with one fixed dispatcher. Receivers answer after 100 ms,
+    /// so a dispatcher is bound by `--max-in-flight-events` (50), not by the cores.
+    Autoscale,
 }
 
 impl Scenario {
@@ -62,6 +68,7 @@ impl Scenario {
             Self::OutageRecovery => "outage-recovery",
             Self::Crash => "crash",
             Self::Chaos => "chaos",
+            Self::Autoscale => "autoscale",
         }
     }
 }
@@ -90,9 +97,10 @@ pub struct RunArgs {
     /// Endpoints subscribed to every event (fan-out) in steady, max, outage-recovery and crash.
     #[arg(long, default_value_t = 1)]
     pub endpoints: usize,
-    /// The dispatcher's `max_in_flight_events` (events in flight; deliveries are this × fan-out).
-    #[arg(long, default_value_t = 2_000)]
-    pub max_in_flight_events: usize,
+    /// The dispatcher's `max_in_flight_events` (events in flight; deliveries are this × fan-out;
+    /// 2,000; autoscale: 50).
+    #[arg(long)]
+    pub max_in_flight_events: Option<usize>,
     /// Relay instances for the throughput phase (runs 1..=N).
     #[arg(long, default_value_t = 2)]
     pub relays: usize,
@@ -154,9 +162,34 @@ pub struct RunArgs {
     /// chaos: seconds PostgreSQL stays down in the database outage (0: none).
     #[arg(long, default_value_t = 30)]
     pub db_outage_s: u64,
+    /// autoscale: how long the receivers take to answer (ms).
+    #[arg(long, default_value_t = 100)]
+    pub receiver_delay_ms: u64,
+    /// autoscale: seconds without load before the step.
+    #[arg(long, default_value_t = 30)]
+    pub idle_s: u64,
+    /// autoscale: seconds of the step (three times one dispatcher's capacity, or `--rate`).
+    #[arg(long, default_value_t = 120)]
+    pub step_s: u64,
+    /// autoscale: the chart's time constants (polling interval, policy periods, stabilization
+    /// windows, cooldown) are divided by this to keep the run short.
+    #[arg(long, default_value_t = 5.0)]
+    pub time_scale: f64,
+    /// autoscale: KEDA's `lagThreshold` (messages); by default the chart's rule, one
+    /// dispatcher's capacity × 2 s, with the capacity measured at the start of the run.
+    #[arg(long)]
+    pub lag_threshold: Option<i64>,
 }
 
 impl RunArgs {
+    /// `--max-in-flight-events`, or the scenario's default.
+    pub fn max_in_flight_events(&self) -> usize {
+        self.max_in_flight_events.unwrap_or(match self.scenario {
+            Scenario::Autoscale => 50,
+            _ => 2_000,
+        })
+    }
+
     /// `--rate`, or the scenario's default.
     pub fn rate(&self) -> usize {
         self.rate.unwrap_or(match self.scenario {

@@ -10,8 +10,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use hookstream_kafka::rdkafka::consumer::{BaseConsumer, Consumer};
-use hookstream_kafka::rdkafka::{Offset, TopicPartitionList};
 use hookstream_store::endpoints::{self, NewEndpoint};
 use hookstream_store::sqlx::{self, PgPool};
 use hookstream_testkit::process::{dispatcher_env, service_env, ServiceProcess};
@@ -21,6 +19,8 @@ use serde::Deserialize;
 use uuid::Uuid;
 
 use crate::baseline;
+use crate::group::GroupView;
+use crate::keda::PartitionOffsets;
 use crate::procstat;
 use crate::report::{ClassFigures, Contract, EarlyRetry, Kill, Latency, Usage};
 use crate::schedule::{MIN_THROTTLED_DELAY_MS, RETRY_JITTER, RETRY_SCHEDULE_MS};
@@ -249,16 +249,28 @@ impl Service {
         code
     }
 
+    /// CPU seconds over every incarnation, as of the last `sample`.
+    pub(crate) fn cpu_s(&self) -> f64 {
+        self.usage.cpu_s
+    }
+
     pub(crate) fn log(&self) -> &std::path::Path {
         &self.log
     }
 
-    pub(crate) async fn stop(mut self) -> Usage {
+    pub(crate) async fn stop(self) -> Usage {
+        self.terminate().await.0
+    }
+
+    /// SIGTERM and wait, as Kubernetes stops a pod: the usage, and the exit code (`None`
+    /// when no incarnation was running, or it died of a signal).
+    pub(crate) async fn terminate(mut self) -> (Usage, Option<i32>) {
         self.sample();
-        if let Some(p) = self.proc.take() {
-            p.terminate().await;
-        }
-        self.usage
+        let code = match self.proc.take() {
+            Some(p) => p.terminate().await,
+            None => None,
+        };
+        (self.usage, code)
     }
 }
 
@@ -360,6 +372,18 @@ async fn produce_at_rate(
     Ok(start.elapsed().as_secs_f64())
 }
 
+/// Commits `events` to the outbox of `tenant` at `rate` per second (as a rate-driven plan
+/// does); the seconds it took.
+pub(crate) async fn produce_outbox(
+    pool: PgPool,
+    tenant: Uuid,
+    rate: usize,
+    events: usize,
+    committed: Arc<AtomicUsize>,
+) -> anyhow::Result<f64> {
+    produce_at_rate(pool, Sink::Outbox(tenant), rate, events, committed).await
+}
+
 pub(crate) async fn enqueue(pool: &PgPool, tenant: Uuid, n: usize) -> anyhow::Result<()> {
     // The real producer path: hookstream.enqueue inside a transaction (one statement).
     sqlx::query(
@@ -406,6 +430,17 @@ pub(crate) fn dispatcher_vars(env: &TestEnv, max_in_flight_events: usize) -> Vec
     vars
 }
 
+/// `dispatcher_vars` for a dispatcher that runs only `roles` (`events`, `retry`, `dlq_sink`).
+pub(crate) fn role_vars(env: &TestEnv, max_in_flight_events: usize, roles: &[&str]) -> Vec<(String, String)> {
+    let mut v = dispatcher_vars(env, max_in_flight_events);
+    let list: Vec<String> = roles.iter().map(|r| format!("\"{r}\"")).collect();
+    v.push((
+        "HOOKSTREAM_DISPATCHER__ROLES".into(),
+        format!("[{}]", list.join(",")),
+    ));
+    v
+}
+
 pub(crate) type SharedLag = Arc<Mutex<Option<i64>>>;
 
 /// Samples a consumer group's lag on a topic every second, on its own thread (the dispatchers'
@@ -416,34 +451,14 @@ pub(crate) fn lag_sampler(
     topic: &str,
     stop: Arc<AtomicBool>,
 ) -> anyhow::Result<(SharedLag, std::thread::JoinHandle<()>)> {
-    let mut cfg = hookstream_kafka::client_config(&env.kafka);
-    cfg.set("group.id", group);
-    let consumer: BaseConsumer = cfg.create()?;
-    let topic = topic.to_string();
-    let partitions = env.partitions;
+    let view = GroupView::new(&env.kafka, group, topic, env.partitions)?;
     let latest = Arc::new(Mutex::new(None));
     let out = latest.clone();
     let handle = std::thread::spawn(move || {
         while !stop.load(Ordering::Relaxed) {
-            let lag = (|| -> Option<i64> {
-                let mut tpl = TopicPartitionList::new();
-                for p in 0..partitions {
-                    tpl.add_partition(&topic, p);
-                }
-                let committed = consumer.committed_offsets(tpl, Duration::from_secs(2)).ok()?;
-                let mut lag = 0;
-                for p in 0..partitions {
-                    let (low, high) = consumer
-                        .fetch_watermarks(&topic, p, Duration::from_secs(2))
-                        .ok()?;
-                    let done = match committed.find_partition(&topic, p).map(|e| e.offset()) {
-                        Some(Offset::Offset(o)) => o,
-                        _ => low,
-                    };
-                    lag += (high - done).max(0);
-                }
-                Some(lag)
-            })();
+            let lag = view
+                .offsets()
+                .map(|parts| parts.iter().map(PartitionOffsets::lag).sum());
             if let Ok(mut l) = out.lock() {
                 *l = lag;
             }

@@ -9,7 +9,9 @@
 //! `crash` (the engine: receiver fleet, services as child processes, `report.json` with a
 //! common contract, `report.html` and its charts as SVG files in `charts/`), `chaos` (on
 //! the engine's pieces: every service SIGKILLed, the broker and PostgreSQL restarted, with
-//! figures per fault kind), and `relay` (outbox → Kafka only). Each run uses a fresh database
+//! figures per fault kind), `autoscale` (on the engine's pieces: KEDA's Kafka scaler and the
+//! HPA emulated, starting and stopping real dispatchers against a load step), and `relay`
+//! (outbox → Kafka only). Each run uses a fresh database
 //! and fresh topics, so runs do not disturb each other or the `make up` stack; `chaos`
 //! restarts Kafka and PostgreSQL, so it runs only on a stack the environment names as its own.
 //!
@@ -27,24 +29,31 @@
 //! scrape        a Prometheus page and a histogram's quantiles         uses nothing
 //! tally         loss and duplicates counted by id                     uses nothing
 //! chart         SVG line charts of named series, moments marked       uses nothing
+//! keda          KEDA's Kafka scaler and the HPA's behaviour, emulated  uses nothing
 //! report        the report contract: serde types, reading, writing    uses nothing
 //! verdict       what counts against a run                             uses report
 //! merge         report.json of one run, or the medians of several     uses report, verdict
 //! fault_tally   chaos's figures per fault kind from what it recorded  uses faults, report, schedule
 //! page          report.html                                           uses chart, report
+//! group         a consumer group seen from outside: offsets, members  uses keda
 //! baseline      the polled-queue design --baseline runs               uses schedule
-//! engine        a plan run against the services and a receiver fleet  uses baseline, procstat, report, schedule, stack
+//! engine        a plan run against the services and a receiver fleet  uses baseline, group, keda, procstat, report,
+//!                                                                     schedule, stack
 //! phase_charts  the charts of engine runs                             uses chart, engine
 //! scenarios     the engine scenarios and their own figures            uses baseline, cli, engine, report
 //! relay         the outbox → Kafka scenario                           uses chart, cli, procstat, report, scrape, stack, tally
 //! chaos         faults under steady load, carried out and read back   uses chart, cli, engine, fault_tally, faults,
-//!                                                                     phase_charts, report, schedule, stack
-//! main          wires the command line to the rest                    uses baseline, chaos, chart, cli, engine, merge,
-//!                                                                     page, phase_charts, relay, report, scenarios, stack
+//!                                                                     group, phase_charts, report, schedule, stack
+//! autoscale     KEDA's role against a load step, and a fixed run      uses chart, cli, engine, group, keda, procstat,
+//!                                                                     report, stack
+//! main          wires the command line to the rest                    uses autoscale, baseline, chaos, chart, cli,
+//!                                                                     engine, merge, page, phase_charts, relay, report,
+//!                                                                     scenarios, stack
 //! ```
 
 #![forbid(unsafe_code)]
 
+mod autoscale;
 mod baseline;
 mod chaos;
 mod chart;
@@ -52,6 +61,8 @@ mod cli;
 mod engine;
 mod fault_tally;
 mod faults;
+mod group;
+mod keda;
 mod merge;
 mod page;
 mod phase_charts;
@@ -78,6 +89,7 @@ async fn run_once(args: &RunArgs) -> anyhow::Result<(RunReport, Vec<chart::Chart
     let measured = match args.scenario {
         Scenario::Relay => return relay::run(args).await,
         Scenario::Chaos => return chaos::run(args).await,
+        Scenario::Autoscale => return autoscale::run(args).await,
         Scenario::Steady => scenarios::steady(args).await?,
         Scenario::Max => scenarios::max(args).await?,
         Scenario::Fanout => scenarios::fanout(args).await?,

@@ -19,6 +19,10 @@ use crate::report::{
     PhaseFigures, ProducerFigures, QuietRun, Ratios, RecoveryPhase, RelayLatency, RelayReport, RelayUsage,
     Report, RunReport, ScenarioReport, Spread, SteadyFigures, SteadySection, Usage,
 };
+use crate::report::{
+    AutoscaleFigures, AutoscaleMeasures, AutoscalePhase, AutoscaleSection, Calibration, KedaSettings,
+    PollRecord, ScaleEvent, ScalingRules, SecondPoint,
+};
 use crate::verdict;
 
 /// Nothing to merge.
@@ -250,6 +254,32 @@ merge_fields! {
     FaultRecord {
         kind, at_s, target, took_ms, resume_ms, duplicates, duplicate_ceiling, reshipped_events,
     }
+    AutoscaleSection { autoscale }
+    AutoscaleFigures {
+        calibration, rate_per_s, idle_s, step_s, needed_replicas, partitions, chart, emulated,
+        time_scale, autoscaled, fixed, measures,
+    }
+    Calibration {
+        max_in_flight_events, receiver_delay_ms, events, capacity_per_s, little_law_per_s,
+        dispatcher_cores, machine_busy_pct,
+    }
+    KedaSettings {
+        min_replicas, max_replicas, lag_threshold, activation_lag_threshold, polling_interval_s,
+        cooldown_period_s, scale_up, scale_down,
+    }
+    ScalingRules { stabilization_window_s, policies, select_policy }
+    AutoscalePhase {
+        label, events, delivered, lost, duplicates, duplicates_after_scaling,
+        unattributed_duplicates, replicas_max, scale_out_s, members_out_s, lag_recovered_s,
+        drained_s, max_lag_messages, max_lag_s, scaled_in_s, failed_polls, unclean_exits,
+        cpu_busy_max_pct, cpu_busy_mean_pct, dispatcher_cpu_s, wall_s, scale_events, polls, series,
+    }
+    ScaleEvent { at_s, from, to, lag, duplicates }
+    PollRecord { t_s, total_lag, metric, active, desired, replicas }
+    SecondPoint {
+        t_s, replicas, members, lag_messages, lag_s, committed_per_s, delivered_per_s, cpu_busy_pct,
+    }
+    AutoscaleMeasures { lag_messages, lag_s, scale_out, lag_recovered, duplicates, attribution_window_s }
 }
 
 impl<F: Merge> Merge for ScenarioReport<F> {
@@ -303,6 +333,7 @@ impl Merge for RunReport {
             RunReport::OutageRecovery(_) => by_variant!(runs, RunReport::OutageRecovery),
             RunReport::Crash(_) => by_variant!(runs, RunReport::Crash),
             RunReport::Chaos(_) => by_variant!(runs, RunReport::Chaos),
+            RunReport::Autoscale(_) => by_variant!(runs, RunReport::Autoscale),
         }
     }
 }

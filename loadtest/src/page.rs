@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 
 use crate::chart::{escape, num, Chart};
-use crate::report::{ChaosFigures, Headline, Report, RunReport};
+use crate::report::{AutoscaleFigures, ChaosFigures, Headline, Report, RunReport};
 
 /// A count, a figure, or "–" where the report has none.
 fn cell(v: Option<f64>) -> String {
@@ -59,6 +59,9 @@ fn summary(report: &Report) -> String {
     }
     if let RunReport::Chaos(r) = &report.figures {
         html += &chaos_table(&r.figures.chaos);
+    }
+    if let RunReport::Autoscale(r) = &report.figures {
+        html += &autoscale_table(&r.figures.autoscale);
     }
     if report.verdict.passed {
         html.push_str("<p><b>Checks passed</b>: nothing lost, no invalid signature, no early retry.</p>");
@@ -127,6 +130,47 @@ fn chaos_table(c: &ChaosFigures) -> String {
         ms(c.drain.dead_letters_s),
         c.drain.dead_letters_backlog,
     );
+    html
+}
+
+/// The autoscale scenario's two runs side by side.
+fn autoscale_table(a: &AutoscaleFigures) -> String {
+    let c = &a.calibration;
+    let mut html = format!(
+        "<h3>Autoscaling on lag</h3><p>One dispatcher (in-flight cap {}, receivers answering after {} ms): \
+         <b>{}</b> events/s measured ({} by Little's law). Step: {} events/s for {} s after {} s idle; \
+         {} dispatchers needed. KEDA emulated with the chart's rules, time constants ÷ {}, lag threshold {}.</p>\
+         <table><tr><th>run</th><th>replicas max</th><th>scale-out s</th><th>members s</th><th>lag recovered s</th>\
+         <th>drained s</th><th>max lag</th><th>max lag s</th><th>lost</th><th>duplicates (after scaling)</th></tr>",
+        c.max_in_flight_events,
+        c.receiver_delay_ms,
+        num(c.capacity_per_s),
+        num(c.little_law_per_s),
+        a.rate_per_s,
+        a.step_s,
+        a.idle_s,
+        a.needed_replicas,
+        num(a.time_scale),
+        a.emulated.lag_threshold,
+    );
+    for p in [&a.autoscaled, &a.fixed] {
+        let _ = write!(
+            html,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{} ({})</td></tr>",
+            escape(&p.label),
+            p.replicas_max,
+            cell(p.scale_out_s),
+            cell(p.members_out_s),
+            cell(p.lag_recovered_s),
+            cell(p.drained_s),
+            p.max_lag_messages,
+            num(p.max_lag_s),
+            p.lost,
+            p.duplicates,
+            p.duplicates_after_scaling,
+        );
+    }
+    html.push_str("</table>");
     html
 }
 

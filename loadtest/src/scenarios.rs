@@ -39,7 +39,7 @@ fn plan(args: &RunArgs, label: &str, load: Load, classes: Vec<Class>) -> Plan {
         classes,
         chaos: None,
         drain_deadline: Duration::from_secs(args.deadline_s),
-        max_in_flight_events: args.max_in_flight_events,
+        max_in_flight_events: args.max_in_flight_events(),
         out: args.out.clone(),
     }
 }

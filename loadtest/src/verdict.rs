@@ -1,7 +1,9 @@
 //! The verdict: what counts against a run, over every run of a report. It reads the typed
 //! reports only, so a figure it needs cannot be missing (a report without it does not parse).
 
-use crate::report::{AfterRecovery, ChaosFigures, Contract, RelayReport, RunReport, Verdict};
+use crate::report::{
+    AfterRecovery, AutoscaleFigures, ChaosFigures, Contract, RelayReport, RunReport, Verdict,
+};
 
 /// The verdict over every run (a median could hide one run's loss).
 pub fn of(runs: &[RunReport]) -> Verdict {
@@ -34,6 +36,10 @@ pub fn failures(run: &RunReport) -> Vec<String> {
         RunReport::Chaos(r) => {
             contract(&r.contract, &mut out);
             chaos(&r.figures.chaos, &mut out);
+        }
+        RunReport::Autoscale(r) => {
+            contract(&r.contract, &mut out);
+            autoscale(&r.figures.autoscale, &mut out);
         }
         RunReport::OutageRecovery(r) => {
             contract(&r.contract, &mut out);
@@ -172,6 +178,34 @@ fn chaos(c: &ChaosFigures, out: &mut Vec<String>) {
     }
 }
 
+/// Autoscaling must pay off and cost nothing: the lag recovers sooner than with one fixed
+/// dispatcher, nothing is lost (the contract), no duplicate arrives that no scale event
+/// explains, and every dispatcher stopped exits cleanly.
+fn autoscale(a: &AutoscaleFigures, out: &mut Vec<String>) {
+    match (a.autoscaled.lag_recovered_s, a.fixed.lag_recovered_s) {
+        (Some(auto), Some(fixed)) if auto < fixed => {}
+        (Some(auto), Some(fixed)) => out.push(format!(
+            "autoscaled, the lag recovered in {auto:.0} s, not sooner than one fixed dispatcher's {fixed:.0} s"
+        )),
+        (None, _) => out.push("autoscaled, the lag never fell back under the threshold".into()),
+        (Some(_), None) => {} // the fixed dispatcher never recovered: autoscaling did sooner
+    }
+    for p in [&a.autoscaled, &a.fixed] {
+        if p.unattributed_duplicates > 0 {
+            out.push(format!(
+                "{}: {} duplicate deliveries that no scale event explains",
+                p.label, p.unattributed_duplicates
+            ));
+        }
+        if p.unclean_exits > 0 {
+            out.push(format!(
+                "{}: {} dispatchers did not exit 0 after SIGTERM or exited by themselves",
+                p.label, p.unclean_exits
+            ));
+        }
+    }
+}
+
 fn recovery(after: &AfterRecovery, out: &mut Vec<String>) {
     if !after.within_rate_limit {
         out.push(format!(
@@ -202,12 +236,35 @@ mod tests {
             fixtures::outage(200.0),
             fixtures::relay([0, 0]),
             fixtures::chaos(),
+            fixtures::autoscale(Some(100.0), Some(300.0)),
+            fixtures::autoscale(Some(100.0), None),
         ] {
             let read = read(&json(&run)).expect("reads");
             let v = of(&[read]);
             assert!(v.passed, "{v:?}");
             assert!(v.failures.is_empty());
         }
+    }
+
+    #[test]
+    fn autoscaling_that_does_not_recover_sooner_or_duplicates_unexplained_fails() {
+        let f = failures(&fixtures::autoscale(Some(300.0), Some(300.0)));
+        assert!(f.iter().any(|f| f.contains("not sooner")), "{f:?}");
+        let f = failures(&fixtures::autoscale(None, Some(300.0)));
+        assert!(f.iter().any(|f| f.contains("never fell back")), "{f:?}");
+        let mut run = fixtures::autoscale(Some(100.0), Some(300.0));
+        if let RunReport::Autoscale(r) = &mut run {
+            r.figures.autoscale.fixed.unattributed_duplicates = 2;
+            r.figures.autoscale.autoscaled.unclean_exits = 1;
+        }
+        let f = failures(&run);
+        assert_eq!(f.len(), 2, "{f:?}");
+        let e = read(&fixtures::without(
+            &run,
+            &["autoscale", "autoscaled", "lag_recovered_s"],
+        ))
+        .unwrap_err();
+        assert!(e.contains("missing field `lag_recovered_s`"), "{e}");
     }
 
     #[test]

@@ -116,7 +116,7 @@ refuse "a chart-managed key in config (database.url)" "additional properties|url
 refuse "maxReplicas above the events partitions" "exceeds config.kafka.topic_settings.partitions" \
   --set dispatcher.autoscaling.maxReplicas=7
 refuse "maxReplicas above the partitions, HPA mode" "exceeds config.kafka.topic_settings.partitions" \
-  --set dispatcher.autoscaling.keda.enabled=false --set config.kafka.topic_settings.partitions=3
+  --set dispatcher.autoscaling.keda.enabled=false --set config.kafka.topic_settings.partitions=2
 refuse "a malformed sealing key" "sealingKeys" --set "sealingKeys.keys[0]=k1:nothex"
 refuse "an unknown Kafka security protocol" "protocol" --set config.kafka.security.protocol=SASL_SSL
 refuse "SASL without a password" "saslPassword or kafkaAuth.existingSecret" \

@@ -8,6 +8,7 @@
 //! only sometimes (`baseline`, a phase's `figures`, `median_of_runs`, `runs`) may be absent.
 //! The JSON is written with its keys sorted ([`to_json`]), as it always was.
 
+mod autoscale;
 mod chaos;
 mod relay;
 mod scenario;
@@ -16,6 +17,10 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Deserializer, Serialize};
 
+pub use autoscale::{
+    AutoscaleFigures, AutoscaleMeasures, AutoscalePhase, AutoscaleSection, Calibration, KedaSettings,
+    PollRecord, ScaleEvent, ScalingRules, SecondPoint,
+};
 pub use chaos::{
     ChaosFigures, ChaosLost, ChaosSection, Crash, DrainFigures, FaultRecord, HandoverFigures, KindFigures,
     Measures, ProducerFigures, Spread,
@@ -68,6 +73,8 @@ pub enum RunReport {
     Crash(ScenarioReport<CrashSection>),
     #[serde(rename = "chaos")]
     Chaos(ScenarioReport<ChaosSection>),
+    #[serde(rename = "autoscale")]
+    Autoscale(ScenarioReport<AutoscaleSection>),
 }
 
 /// `$engine` with `$r` bound to the `ScenarioReport` of whichever engine scenario `$report`
@@ -84,6 +91,7 @@ macro_rules! by_kind {
             RunReport::OutageRecovery($r) => $engine,
             RunReport::Crash($r) => $engine,
             RunReport::Chaos($r) => $engine,
+            RunReport::Autoscale($r) => $engine,
         }
     };
 }
@@ -101,6 +109,7 @@ impl RunReport {
             Self::OutageRecovery(_) => "outage-recovery",
             Self::Crash(_) => "crash",
             Self::Chaos(_) => "chaos",
+            Self::Autoscale(_) => "autoscale",
         }
     }
 
@@ -509,6 +518,115 @@ pub mod fixtures {
         })
     }
 
+    pub fn autoscale_phase(label: &str, lag_recovered_s: Option<f64>) -> AutoscalePhase {
+        AutoscalePhase {
+            label: label.into(),
+            events: 10,
+            delivered: 10,
+            lost: 0,
+            duplicates: 3,
+            duplicates_after_scaling: 3,
+            unattributed_duplicates: 0,
+            replicas_max: 3,
+            scale_out_s: Some(4.0),
+            members_out_s: Some(8.0),
+            lag_recovered_s,
+            drained_s: Some(100.0),
+            max_lag_messages: 5_000,
+            max_lag_s: 10.0,
+            scaled_in_s: Some(200.0),
+            failed_polls: 0,
+            unclean_exits: 0,
+            cpu_busy_max_pct: Some(80.0),
+            cpu_busy_mean_pct: Some(50.0),
+            dispatcher_cpu_s: 12.0,
+            wall_s: 300.0,
+            scale_events: vec![ScaleEvent {
+                at_s: 33.0,
+                from: 1,
+                to: 3,
+                lag: 2_500,
+                duplicates: 3,
+            }],
+            polls: vec![PollRecord {
+                t_s: 33.0,
+                total_lag: 2_500,
+                metric: 2_500,
+                active: true,
+                desired: 3,
+                replicas: 3,
+            }],
+            series: vec![SecondPoint {
+                t_s: 1.0,
+                replicas: 1,
+                members: Some(1),
+                lag_messages: Some(0),
+                lag_s: 0.0,
+                committed_per_s: 0.0,
+                delivered_per_s: 0.0,
+                cpu_busy_pct: None,
+            }],
+        }
+    }
+
+    /// A clean autoscale run: autoscaled recovers in `auto` s, the fixed one in `fixed` s.
+    pub fn autoscale(auto: Option<f64>, fixed: Option<f64>) -> RunReport {
+        let settings = KedaSettings {
+            min_replicas: 1,
+            max_replicas: 6,
+            lag_threshold: 1_000,
+            activation_lag_threshold: 0,
+            polling_interval_s: 3.0,
+            cooldown_period_s: 60.0,
+            scale_up: ScalingRules {
+                stabilization_window_s: 0.0,
+                policies: vec!["Pods 2 per 12 s".into()],
+                select_policy: "Max".into(),
+            },
+            scale_down: ScalingRules {
+                stabilization_window_s: 120.0,
+                policies: vec!["Pods 1 per 60 s".into()],
+                select_policy: "Min".into(),
+            },
+        };
+        RunReport::Autoscale(ScenarioReport {
+            contract: contract(),
+            figures: AutoscaleSection {
+                autoscale: Box::new(AutoscaleFigures {
+                    calibration: Calibration {
+                        max_in_flight_events: 50,
+                        receiver_delay_ms: 100,
+                        events: 10_000,
+                        capacity_per_s: 480.0,
+                        little_law_per_s: 500.0,
+                        dispatcher_cores: 0.1,
+                        machine_busy_pct: Some(30.0),
+                    },
+                    rate_per_s: 1_440,
+                    idle_s: 30,
+                    step_s: 120,
+                    needed_replicas: 3,
+                    partitions: 6,
+                    chart: settings.clone(),
+                    emulated: settings,
+                    time_scale: 5.0,
+                    autoscaled: autoscale_phase("autoscaled", auto),
+                    fixed: autoscale_phase("fixed", fixed),
+                    measures: AutoscaleMeasures {
+                        lag_messages: "l".into(),
+                        lag_s: "s".into(),
+                        scale_out: "o".into(),
+                        lag_recovered: "r".into(),
+                        duplicates: "d".into(),
+                        attribution_window_s: 30.0,
+                    },
+                }),
+            },
+            baseline: None,
+            machine: machine(),
+        })
+    }
+
     /// `report` as JSON with the key at `path` removed (objects only).
     pub fn without(report: &impl Serialize, path: &[&str]) -> String {
         let mut v = serde_json::to_value(report).expect("a fixture serialises");
@@ -537,7 +655,13 @@ mod tests {
 
     #[test]
     fn every_kind_of_report_reads_back_as_written() {
-        for run in [steady(), outage(100.0), relay([0, 0]), chaos()] {
+        for run in [
+            steady(),
+            outage(100.0),
+            relay([0, 0]),
+            chaos(),
+            autoscale(Some(100.0), Some(300.0)),
+        ] {
             let json = to_json(&run).expect("serialises");
             let back: RunReport = serde_json::from_str(&json).expect("reads back");
             assert_eq!(to_json(&back).expect("serialises"), json);
