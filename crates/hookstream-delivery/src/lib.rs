@@ -144,6 +144,10 @@ pub struct Outcome {
     pub latency: Duration,
     /// Up to `max_response_bytes` of the response body.
     pub response: Bytes,
+    /// The body was longer than `response` (cut at `max_response_bytes`).
+    pub response_truncated: bool,
+    /// The response's headers (see [`response_headers`]).
+    pub response_headers: Vec<(String, String)>,
 }
 
 impl Outcome {
@@ -156,6 +160,8 @@ impl Outcome {
             retry_after: None,
             latency,
             response: Bytes::new(),
+            response_truncated: false,
+            response_headers: Vec::new(),
         }
     }
 }
@@ -276,7 +282,8 @@ impl Engine {
             .get("retry-after")
             .and_then(|v| v.to_str().ok())
             .and_then(|v| parse_retry_after(v, SystemTime::now()));
-        let body = self.read_capped(response).await;
+        let headers = response_headers(response.headers());
+        let (body, truncated) = self.read_capped(response).await;
         let (verdict, class) = classify_status(status);
         Outcome {
             verdict,
@@ -286,6 +293,8 @@ impl Engine {
             retry_after,
             latency: started.elapsed(),
             response: body,
+            response_truncated: truncated,
+            response_headers: headers,
         }
     }
 
@@ -302,17 +311,51 @@ impl Engine {
         })
     }
 
-    async fn read_capped(&self, mut response: reqwest::Response) -> Bytes {
+    /// Up to `max_response_bytes` of the body, and whether there was more.
+    async fn read_capped(&self, mut response: reqwest::Response) -> (Bytes, bool) {
         let mut out = BytesMut::new();
+        let mut truncated = false;
         while let Ok(Some(chunk)) = response.chunk().await {
             let room = self.max_response_bytes.saturating_sub(out.len());
+            if chunk.len() > room {
+                truncated = true;
+            }
             out.extend_from_slice(&chunk[..chunk.len().min(room)]);
-            if out.len() >= self.max_response_bytes {
+            if truncated {
                 break;
             }
         }
-        out.freeze()
+        (out.freeze(), truncated)
     }
+}
+
+/// Response headers kept per attempt.
+pub const MAX_RESPONSE_HEADERS: usize = 32;
+/// Longest response header value kept (bytes; cut on a character boundary).
+pub const MAX_HEADER_VALUE_BYTES: usize = 256;
+
+/// A response's headers as the attempt log keeps them: names lower-case, at most
+/// `MAX_RESPONSE_HEADERS`, values cut at `MAX_HEADER_VALUE_BYTES` (non-UTF-8 bytes replaced),
+/// and `set-cookie` values redacted (a receiver's session is not ours to store).
+pub fn response_headers(headers: &reqwest::header::HeaderMap) -> Vec<(String, String)> {
+    headers
+        .iter()
+        .take(MAX_RESPONSE_HEADERS)
+        .map(|(name, value)| {
+            let name = name.as_str().to_ascii_lowercase();
+            let value = if name == "set-cookie" {
+                "[redacted]".to_string()
+            } else {
+                let text = String::from_utf8_lossy(value.as_bytes());
+                let mut end = text.len().min(MAX_HEADER_VALUE_BYTES);
+                while !text.is_char_boundary(end) {
+                    end -= 1;
+                }
+                text[..end].to_string()
+            };
+            (name, value)
+        })
+        .collect()
 }
 
 impl Verdict {

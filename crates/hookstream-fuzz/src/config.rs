@@ -54,6 +54,8 @@ fn retry(cfg: &RetryConfig) {
         retry_after: Some(Duration::MAX),
         latency: Duration::ZERO,
         response: Bytes::new(),
+        response_truncated: false,
+        response_headers: Vec::new(),
     };
     let attempts = u32::try_from(cfg.schedule_ms.len()).unwrap_or(u32::MAX).min(32);
     for attempt in 0..=attempts.saturating_add(1) {

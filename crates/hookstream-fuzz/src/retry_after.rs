@@ -60,6 +60,8 @@ fn caller(retry_after: Option<Duration>, now: SystemTime, clamp: u8) {
         retry_after,
         latency: Duration::ZERO,
         response: Bytes::new(),
+        response_truncated: false,
+        response_headers: Vec::new(),
     };
     let now_ms = now
         .duration_since(SystemTime::UNIX_EPOCH)

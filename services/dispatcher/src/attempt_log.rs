@@ -3,6 +3,11 @@
 //! counted (`hookstream_dispatcher_attempt_records_dropped_total`), never retried. A producer
 //! that fails for good (a fatal idempotence error) stops the log: `watch` then returns an
 //! error and the supervisor restarts the process, instead of dropping every record silently.
+//!
+//! `attempts.log` says which attempts are recorded: `all`, `failures` (every attempt that was
+//! not delivered) or `off`. Each record says why the attempt was made (`trigger`) and what
+//! happens next (`next`: delivered, retry at a due time in a tier, or dead-lettered); the
+//! attempt sink (`attempt_sink.rs`) stores them for `hookstream attempts` and `event show`.
 
 use std::time::Duration;
 
@@ -13,16 +18,67 @@ use hookstream_kafka::rdkafka::message::DeliveryResult;
 use hookstream_kafka::rdkafka::producer::{BaseRecord, ProducerContext, ThreadedProducer};
 use hookstream_kafka::rdkafka::types::RDKafkaErrorCode;
 use hookstream_kafka::rdkafka::ClientContext;
-use hookstream_proto::{AttemptRecord, EventEnvelope, Message as _};
+use hookstream_proto::{AttemptRecord, EventEnvelope, Message as _, ResponseHeader};
 use hookstream_telemetry::prometheus::IntCounter;
+use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
+
+/// Which attempts the log records (`attempts.log`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LogMode {
+    /// Every attempt.
+    #[default]
+    All,
+    /// Attempts that were not delivered.
+    Failures,
+    /// None (nothing is produced to the attempts topic).
+    Off,
+}
+
+/// Why an attempt was made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Trigger {
+    /// The event's first attempt at this endpoint (from the events topic).
+    First,
+    /// A retry from a tier.
+    Retry,
+    /// A dead letter replayed (`hookstream dlq replay`).
+    Replay,
+    /// An event sent again (`hookstream event resend`).
+    Resend,
+}
+
+impl Trigger {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Trigger::First => "first",
+            Trigger::Retry => "retry",
+            Trigger::Replay => "replay",
+            Trigger::Resend => "resend",
+        }
+    }
+}
+
+/// What happens after an attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Next {
+    Delivered,
+    /// Attempted again at `due_at_ms`, waiting in `tier` first.
+    Retry {
+        due_at_ms: i64,
+        tier: String,
+    },
+    DeadLettered,
+}
 
 /// The attempt log's producer.
 pub(crate) struct AttemptLog {
     producer: ThreadedProducer<LogContext>,
     topic: String,
+    mode: LogMode,
     dropped: IntCounter,
     fatal: watch::Receiver<Option<String>>,
 }
@@ -34,10 +90,12 @@ pub(crate) struct Attempt<'a> {
     pub(crate) attempt: u32,
     pub(crate) started_ms: i64,
     pub(crate) outcome: &'a Outcome,
+    pub(crate) trigger: Trigger,
+    pub(crate) next: Next,
 }
 
 impl AttemptLog {
-    pub(crate) fn new(kafka: &KafkaConfig, dropped: IntCounter) -> Result<Self, KafkaError> {
+    pub(crate) fn new(kafka: &KafkaConfig, mode: LogMode, dropped: IntCounter) -> Result<Self, KafkaError> {
         let (tx, fatal) = watch::channel(None);
         let producer = hookstream_kafka::producer_config(kafka, Duration::from_secs(30))
             .set("linger.ms", "20")
@@ -48,13 +106,24 @@ impl AttemptLog {
         Ok(Self {
             producer,
             topic: kafka.topics.attempts.clone(),
+            mode,
             dropped,
             fatal,
         })
     }
 
-    /// Produces the record without waiting.
+    /// Produces the record without waiting (if `attempts.log` records it).
     pub(crate) fn record(&self, a: Attempt<'_>) {
+        match self.mode {
+            LogMode::Off => return,
+            LogMode::Failures if a.outcome.verdict == Verdict::Delivered => return,
+            _ => {}
+        }
+        let (next, next_due_at_ms, next_tier) = match a.next {
+            Next::Delivered => ("delivered", 0, String::new()),
+            Next::Retry { due_at_ms, tier } => ("retry", due_at_ms, tier),
+            Next::DeadLettered => ("dead_lettered", 0, String::new()),
+        };
         let record = AttemptRecord {
             event_id: a.event.event_id.clone(),
             tenant_id: a.event.tenant_id.clone(),
@@ -68,6 +137,20 @@ impl AttemptLog {
             latency_ms: u64::try_from(a.outcome.latency.as_millis()).unwrap_or(u64::MAX),
             attempted_at_ms: a.started_ms,
             response: a.outcome.response.clone(),
+            response_headers: a
+                .outcome
+                .response_headers
+                .iter()
+                .map(|(name, value)| ResponseHeader {
+                    name: name.clone(),
+                    value: value.clone(),
+                })
+                .collect(),
+            response_truncated: a.outcome.response_truncated,
+            trigger: a.trigger.as_str().into(),
+            next: next.into(),
+            next_due_at_ms,
+            next_tier,
         }
         .encode_to_vec();
         let key = a.endpoint_id.to_string();

@@ -9,6 +9,7 @@ use std::time::Duration;
 use hookstream_proto::{DeadLetter, DeliveryTask, EventEnvelope, SourcePosition};
 use uuid::Uuid;
 
+use crate::attempt_log::Trigger;
 use crate::context::{now_ms, pause, Context, Finished};
 use crate::subscriptions::Route;
 use crate::{handoff, outcome};
@@ -69,7 +70,7 @@ pub(crate) async fn route_and_deliver(
     };
     let deliveries = endpoints
         .iter()
-        .map(|ep| outcome::attempt(ctx, &event, ep, 1, 0, &origin));
+        .map(|ep| outcome::attempt(ctx, &event, ep, 1, 0, &origin, Trigger::First));
     let mut finished = true;
     for result in futures::future::join_all(deliveries).await {
         finished &= result?;

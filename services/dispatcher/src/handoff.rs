@@ -8,6 +8,15 @@ use hookstream_proto::{DeadLetter, DeliveryTask, Message as _};
 
 use crate::context::{handed, now_ms, Context, Finished};
 
+/// The label (`5s`, `5m`, …) of the tier a task due at `due_at_ms` waits in first.
+pub(crate) fn first_tier_label(ctx: &Context, due_at_ms: i64) -> String {
+    let remaining = u64::try_from(due_at_ms.saturating_sub(now_ms())).unwrap_or(0);
+    ctx.retry
+        .next_tier(remaining)
+        .map(|t| ctx.retry.tier_label(&t.topic).to_string())
+        .unwrap_or_default()
+}
+
 /// Hands `task` to the tier its due time calls for: the longest tier not longer than what
 /// remains (or the shortest, whose consumer waits out a short remainder in memory).
 pub(crate) async fn to_retry_tier(ctx: &Context, task: &DeliveryTask) -> Finished {

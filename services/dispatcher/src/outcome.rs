@@ -10,7 +10,7 @@ use hookstream_delivery::{ErrorClass, Message, Outcome, Target, Verdict};
 use hookstream_proto::{DeadLetter, EventEnvelope, SourcePosition};
 use hookstream_store::endpoints::ActiveEndpoint;
 
-use crate::attempt_log::{verdict_label, Attempt};
+use crate::attempt_log::{verdict_label, Attempt, Next, Trigger};
 use crate::context::{now_ms, Context, Finished};
 use crate::{endpoint_health, handoff, retry};
 
@@ -23,6 +23,7 @@ pub(crate) async fn attempt(
     attempt: u32,
     first_attempt_at_ms: i64,
     origin: &SourcePosition,
+    trigger: Trigger,
 ) -> Finished {
     let admitted = tokio::select! {
         admitted = ctx.isolation.admit(&ep.endpoint, ctx.retry.enabled) => admitted,
@@ -56,6 +57,8 @@ pub(crate) async fn attempt(
             retry_after: None,
             latency: Duration::ZERO,
             response: Bytes::new(),
+            response_truncated: false,
+            response_headers: Vec::new(),
         }
     } else {
         let target = Target {
@@ -76,13 +79,18 @@ pub(crate) async fn attempt(
     };
     pass.finish(outcome.verdict, outcome.class, outcome.latency);
     record(ctx, &outcome);
-    ctx.attempt_log.record(Attempt {
-        event,
-        endpoint_id: ep.endpoint.id,
-        attempt,
-        started_ms,
-        outcome: &outcome,
-    });
+    // The attempt log says what happens next, so it is written once that is decided.
+    let log = |next: Next| {
+        ctx.attempt_log.record(Attempt {
+            event,
+            endpoint_id: ep.endpoint.id,
+            attempt,
+            started_ms,
+            outcome: &outcome,
+            trigger,
+            next,
+        })
+    };
     Box::pin(endpoint_health::track(ctx, ep, &outcome)).await;
     let first_attempt_at_ms = if attempt == 1 {
         started_ms
@@ -90,7 +98,10 @@ pub(crate) async fn attempt(
         first_attempt_at_ms
     };
     let reason = match outcome.verdict {
-        Verdict::Delivered => return Ok(true),
+        Verdict::Delivered => {
+            log(Next::Delivered);
+            return Ok(true);
+        }
         Verdict::Retryable if ctx.retry.enabled => {
             match retry::after_failure(
                 &ctx.retry,
@@ -101,7 +112,13 @@ pub(crate) async fn attempt(
                 origin,
                 &outcome,
             ) {
-                Some(task) => return Box::pin(handoff::to_retry_tier(ctx, &task)).await,
+                Some(task) => {
+                    log(Next::Retry {
+                        due_at_ms: task.due_at_ms,
+                        tier: handoff::first_tier_label(ctx, task.due_at_ms),
+                    });
+                    return Box::pin(handoff::to_retry_tier(ctx, &task)).await;
+                }
                 None => format!(
                     "gave up after {attempt} attempts: {}",
                     outcome.error.as_deref().unwrap_or("failed")
@@ -123,6 +140,7 @@ pub(crate) async fn attempt(
     };
     tracing::info!(event_id = %event.event_id, endpoint_id = %ep.endpoint.id,
         class = outcome.class.as_str(), reason = %reason, "delivery failed, dead-lettering");
+    log(Next::DeadLettered);
     let letter = DeadLetter {
         event: Some(event.clone()),
         endpoint_id: ep.endpoint.id.to_string(),

@@ -27,6 +27,7 @@ use rand::Rng;
 use tokio::sync::Semaphore;
 use uuid::Uuid;
 
+use crate::attempt_log::Trigger;
 use crate::context::{now_ms, Context, Finished};
 use crate::events::done;
 use crate::fanout::{self, Reroute};
@@ -194,6 +195,8 @@ pub(crate) enum RetryWork {
         position: SourcePosition,
         /// When to look at it again: its hop, or its due time if sooner.
         wake_ms: i64,
+        /// Why it is attempted (a retry, or a replayed dead letter or resent event).
+        trigger: Trigger,
     },
     Poison {
         payload: Bytes,
@@ -247,10 +250,16 @@ impl Handler for RetryRole {
         let appended = record.timestamp_ms.unwrap_or(now);
         let hop_ms = appended.saturating_add(i64::try_from(delay).unwrap_or(i64::MAX));
         let wake_ms = hop_ms.min(task.due_at_ms);
+        let trigger = match replay_kind(&record) {
+            Some("dead_letter") => Trigger::Replay,
+            Some(_) => Trigger::Resend,
+            None => Trigger::Retry,
+        };
         let work = RetryWork::Task {
             task: Box::new(task),
             position,
             wake_ms,
+            trigger,
         };
         let take_up_at = wake_ms.saturating_sub(self.horizon_ms);
         if take_up_at > now {
@@ -271,7 +280,7 @@ impl Handler for RetryRole {
 impl RetryRole {
     async fn handle(&self, work: RetryWork) -> Finished {
         let ctx = &*self.ctx;
-        let (task, position, wake_ms) = match work {
+        let (task, position, wake_ms, trigger) = match work {
             RetryWork::Poison {
                 payload,
                 position,
@@ -291,7 +300,8 @@ impl RetryRole {
                 task,
                 position,
                 wake_ms,
-            } => (*task, position, wake_ms),
+                trigger,
+            } => (*task, position, wake_ms, trigger),
         };
         if !self.sleep_until(wake_ms).await {
             return Ok(false);
@@ -321,7 +331,7 @@ impl RetryRole {
             }
         }
         ctx.metrics.retry_lateness.observe(late_ms.max(0) as f64 / 1000.0);
-        deliver(ctx, task, position).await
+        deliver(ctx, task, position, trigger).await
     }
 
     /// Sleeps until `at_ms` (now if past); false when shutdown came first.
@@ -335,7 +345,7 @@ impl RetryRole {
 }
 
 /// Delivers one due retry record: to its endpoint, or routed again when it has none.
-async fn deliver(ctx: &Context, task: DeliveryTask, position: SourcePosition) -> Finished {
+async fn deliver(ctx: &Context, task: DeliveryTask, position: SourcePosition, trigger: Trigger) -> Finished {
     let event = task.event.clone().unwrap_or_default();
     // Retry and dead-letter records keep pointing at the event's place in the events topic.
     let original = task.origin.clone().unwrap_or(position);
@@ -376,6 +386,7 @@ async fn deliver(ctx: &Context, task: DeliveryTask, position: SourcePosition) ->
         task.attempt.saturating_add(1),
         task.first_attempt_at_ms,
         &original,
+        trigger,
     )
     .await
 }
@@ -394,6 +405,8 @@ mod tests {
             retry_after,
             latency: Duration::ZERO,
             response: Bytes::new(),
+            response_truncated: false,
+            response_headers: Vec::new(),
         }
     }
 
