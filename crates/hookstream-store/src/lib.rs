@@ -6,6 +6,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod attempts;
 pub mod batch;
 pub mod dead_letters;
 pub mod endpoints;

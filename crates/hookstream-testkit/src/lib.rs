@@ -156,6 +156,11 @@ impl TestEnv {
         format!("{}.dlq-sink", self.kafka.group_id)
     }
 
+    /// The attempt sink's consumer group for this test's dispatchers.
+    pub fn attempt_sink_group(&self) -> String {
+        format!("{}.attempt-sink", self.kafka.group_id)
+    }
+
     /// Seals and opens endpoint secrets with this test's key.
     pub fn sealer(&self) -> hookstream_store::sealing::Sealer {
         hookstream_store::sealing::Sealer::from_config(&self.secrets).expect("the test key is valid")

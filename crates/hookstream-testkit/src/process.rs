@@ -88,7 +88,13 @@ pub fn service_env(env: &crate::TestEnv) -> Vec<(String, String)> {
     ]
     .iter()
     .map(|(k, v)| (k.to_string(), v.to_string()))
-    .chain([("HOOKSTREAM_DLQ__SINK_GROUP_ID".to_string(), env.dlq_sink_group())])
+    .chain([
+        ("HOOKSTREAM_DLQ__SINK_GROUP_ID".to_string(), env.dlq_sink_group()),
+        (
+            "HOOKSTREAM_ATTEMPTS__SINK_GROUP_ID".to_string(),
+            env.attempt_sink_group(),
+        ),
+    ])
     .collect()
 }
 

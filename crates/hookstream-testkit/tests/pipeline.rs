@@ -70,6 +70,7 @@ fn start_dispatcher(env: &TestEnv) -> Service {
     // An unknown tenant is routed again for 3 s (1 s, then 2 s later), then dead-lettered.
     cfg.dispatcher.unknown_tenant_retry_ms = 3_000;
     cfg.dlq.sink_group_id = env.dlq_sink_group();
+    cfg.attempts.sink_group_id = env.attempt_sink_group();
     let shutdown = CancellationToken::new();
     let token = shutdown.clone();
     let handle = tokio::spawn(async move {

@@ -34,7 +34,7 @@ the render with a message naming the values to change.
 
 {{- /* Every role runs in exactly one Deployment. */}}
 {{- $roles := concat $v.dispatcher.roles (ternary $v.dispatcherRetry.roles (list) $v.dispatcherRetry.enabled) }}
-{{- range list "events" "retry" "dlq_sink" }}
+{{- range list "events" "retry" "dlq_sink" "attempt_sink" }}
 {{- $n := 0 }}
 {{- $role := . }}
 {{- range $roles }}{{ if eq . $role }}{{ $n = add1 $n }}{{ end }}{{ end }}

@@ -1,5 +1,5 @@
 //! The dispatcher's configuration: the shared sections, `[delivery]`, `[dispatcher]`,
-//! `[retry]`, `[dlq]` and `[secrets]`, each validated before anything is bound or connected.
+//! `[retry]`, `[dlq]`, `[attempts]` and `[secrets]`, each validated before anything is bound or connected.
 
 use hookstream_config::{
     ConfigError, DatabaseConfig, KafkaConfig, RetryConfig, SecretsConfig, TelemetryConfig, Validate,
@@ -7,6 +7,7 @@ use hookstream_config::{
 use hookstream_delivery::DeliveryConfig;
 use serde::{Deserialize, Serialize};
 
+use crate::attempt_sink::AttemptsConfig;
 use crate::dlq_sink::DlqConfig;
 use crate::isolation::IsolationSettings;
 
@@ -21,6 +22,8 @@ pub struct Config {
     pub dispatcher: DispatcherSettings,
     pub retry: RetryConfig,
     pub dlq: DlqConfig,
+    /// The attempt log and its sink (the delivery log).
+    pub attempts: AttemptsConfig,
     /// Keys that open the endpoints' signing secrets and URLs (sealed at rest).
     pub secrets: SecretsConfig,
 }
@@ -36,6 +39,8 @@ pub enum Role {
     Retry,
     /// Stores the DLQ topic in PostgreSQL.
     DlqSink,
+    /// Stores the attempts topic in PostgreSQL (the delivery log).
+    AttemptSink,
 }
 
 impl Role {
@@ -44,6 +49,7 @@ impl Role {
             Role::Events => "events",
             Role::Retry => "retry",
             Role::DlqSink => "dlq_sink",
+            Role::AttemptSink => "attempt_sink",
         }
     }
 }
@@ -81,7 +87,7 @@ pub struct DispatcherSettings {
 impl Default for DispatcherSettings {
     fn default() -> Self {
         Self {
-            roles: vec![Role::Events, Role::Retry, Role::DlqSink],
+            roles: vec![Role::Events, Role::Retry, Role::DlqSink, Role::AttemptSink],
             max_in_flight_events: 1000,
             max_in_flight_deliveries: 10_000,
             subscription_refresh_ms: 5_000,
@@ -170,6 +176,7 @@ impl Validate for Config {
         self.dispatcher.validate()?;
         self.retry.validate()?;
         self.dlq.validate()?;
+        self.attempts.validate()?;
         self.secrets.validate()?;
         if self.secrets.keys()?.is_empty() {
             return Err(ConfigError::new(

@@ -22,7 +22,7 @@ use chrono::{DateTime, Utc};
 use hookstream_config::{ConfigError, Validate};
 use hookstream_kafka::{Done, Fatal, Handler, Record, Start};
 use hookstream_proto::{DeadLetter, Message as _};
-use hookstream_store::batch::{Batcher, Refused};
+use hookstream_store::batch::Batcher;
 use hookstream_store::dead_letters::{self, NewDeadLetter, Position};
 use hookstream_store::sqlx::PgPool;
 use hookstream_store::StoreError;
@@ -30,6 +30,7 @@ use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+use crate::sink::{self, OnRefused, Stored};
 use crate::DispatcherMetrics;
 
 /// Records being stored at once (each holds its event: up to the largest event a producer
@@ -180,49 +181,42 @@ impl Handler for DlqSink {
     }
 }
 
-/// Stores one row, retrying with backoff until it is committed. `Unfinished` only when
-/// shutdown came first (the offset then stays unstored and the record is read again).
+/// Stores one row, retrying with backoff until it is committed (`sink::store`). A row whose
+/// values the database refuses is stored as poison, with all the record's bytes.
 async fn store(
     writer: &DeadLetterWriter,
     metrics: &DispatcherMetrics,
-    mut row: NewDeadLetter,
+    row: NewDeadLetter,
     payload: &[u8],
     shutdown: &CancellationToken,
 ) -> Result<Done, Fatal> {
-    let mut backoff = Duration::from_millis(200);
-    loop {
-        row = match writer.submit(row).await {
-            Ok(id) => {
-                let result = if id.is_some() { "stored" } else { "duplicate" };
-                metrics.dlq_stored.with_label_values(&[result]).inc();
-                return Ok(Done::Finished);
+    let stored = sink::store(
+        writer,
+        row,
+        "dead letter",
+        &metrics.dlq_store_errors,
+        shutdown,
+        |why, row| {
+            if row.raw.as_deref() == Some(payload) {
+                // Already the raw bytes: keep trying (it is the database that is wrong).
+                return OnRefused::Retry(row);
             }
-            // The database refuses the values themselves (a date out of range, say): retrying
-            // would never succeed, so keep the record as poison, with all its bytes.
-            Err(Refused::Invalid(why, row)) if row.raw.as_deref() != Some(payload) => {
-                tracing::warn!(error = %why, topic = %row.source.topic, partition = row.source.partition,
-                    offset = row.source.offset, "dead letter refused by the database, storing it as raw bytes");
-                poison(
-                    payload,
-                    row.source,
-                    format!("dead-letter record could not be stored as is: {why}"),
-                    row.dead_at,
-                )
-            }
-            Err(Refused::Invalid(why, row)) | Err(Refused::Unavailable(why, row)) => {
-                metrics.dlq_store_errors.inc();
-                tracing::warn!(error = %why, retry_in_ms = backoff.as_millis() as u64,
-                    "cannot store a dead letter, retrying");
-                tokio::select! {
-                    _ = tokio::time::sleep(backoff) => {}
-                    _ = shutdown.cancelled() => return Ok(Done::Unfinished),
-                }
-                backoff = (backoff * 2).min(Duration::from_secs(30));
-                row
-            }
-            Err(Refused::Closed) => return Err(Fatal("the dead-letter writer stopped".into())),
-        }
+            tracing::warn!(error = %why, topic = %row.source.topic, partition = row.source.partition,
+            offset = row.source.offset, "dead letter refused by the database, storing it as raw bytes");
+            OnRefused::Replace(poison(
+                payload,
+                row.source,
+                format!("dead-letter record could not be stored as is: {why}"),
+                row.dead_at,
+            ))
+        },
+    )
+    .await?;
+    if let Stored::Row(id) = &stored {
+        let result = if id.is_some() { "stored" } else { "duplicate" };
+        metrics.dlq_stored.with_label_values(&[result]).inc();
     }
+    Ok(stored.done())
 }
 
 fn time(ms: i64) -> Option<DateTime<Utc>> {

@@ -1,8 +1,9 @@
 //! The dispatcher: delivers every event, signed, to every subscribed endpoint.
 //!
-//! A process runs up to three roles, each a tracked consumer (`hookstream_kafka::consumer`):
+//! A process runs up to four roles, each a tracked consumer (`hookstream_kafka::consumer`):
 //! the events role on `hookstream.events` (`events.rs`), the retry role on the delay tiers
-//! (`retry.rs`) and the DLQ sink (`dlq_sink.rs`). An event is routed with the subscription
+//! (`retry.rs`), the DLQ sink (`dlq_sink.rs`) and the attempt sink (`attempt_sink.rs`; both
+//! sinks store rows through `sink.rs`). An event is routed with the subscription
 //! snapshot (`subscriptions.rs`) and fanned out (`fanout.rs`); each attempt's outcome
 //! becomes delivered, a retry-tier record or a dead letter (`outcome.rs`, `handoff.rs`); the
 //! attempt log (`attempt_log.rs`) and endpoint health (`endpoint_health.rs`) follow every
@@ -15,6 +16,7 @@
 #![forbid(unsafe_code)]
 
 mod attempt_log;
+pub mod attempt_sink;
 pub mod config;
 mod context;
 pub mod dlq_sink;
@@ -27,6 +29,7 @@ pub mod isolation;
 mod metrics;
 mod outcome;
 pub mod retry;
+mod sink;
 pub mod subscriptions;
 
 use std::sync::Arc;
@@ -92,11 +95,12 @@ pub async fn run(
         return Ok(()); // asked to stop while waiting for Kafka
     }
     let metrics = DispatcherMetrics::register(registry);
-    for role in [Role::Events, Role::Retry, Role::DlqSink] {
+    for role in [Role::Events, Role::Retry, Role::DlqSink, Role::AttemptSink] {
         let runs = cfg.dispatcher.runs(role)
             && match role {
                 Role::Retry => cfg.retry.enabled,
                 Role::DlqSink => cfg.dlq.sink_enabled,
+                Role::AttemptSink => cfg.attempts.sink_enabled,
                 Role::Events => true,
             };
         metrics
@@ -130,7 +134,11 @@ pub async fn run(
     }
     let subs = subscriptions::Subscriptions::load(pool.clone(), sealer, metrics.clone()).await?;
     let producer = hookstream_kafka::producer_config(&cfg.kafka, Duration::from_secs(30)).create()?;
-    let attempt_log = attempt_log::AttemptLog::new(&cfg.kafka, metrics.attempt_records_dropped.clone())?;
+    let attempt_log = attempt_log::AttemptLog::new(
+        &cfg.kafka,
+        cfg.attempts.log,
+        metrics.attempt_records_dropped.clone(),
+    )?;
     // Replicas that deliver share the endpoints' rate limits and concurrency caps.
     let delivers = cfg.dispatcher.runs(Role::Events) || cfg.dispatcher.runs(Role::Retry);
     let group = if delivers {
@@ -230,6 +238,41 @@ pub async fn run(
         sup.spawn(
             "dead-letter pruner",
             dlq_sink::prune_loop(pool.clone(), cfg.dlq.clone(), metrics.clone(), shutdown.clone()),
+        );
+    }
+    if cfg.dispatcher.runs(Role::AttemptSink) && cfg.attempts.sink_enabled {
+        // Today's partitions exist before the first row (and a database that refuses that
+        // fails the start, as the migrations would).
+        attempt_sink::maintain_once(&pool, &cfg.attempts, &metrics, chrono::Utc::now().date_naive()).await?;
+        let settings = consumer(
+            Role::AttemptSink,
+            &cfg.attempts.sink_group_id,
+            vec![cfg.kafka.topics.attempts.clone()],
+            attempt_sink::MAX_IN_FLIGHT,
+        );
+        let (writer, write_rows) = attempt_sink::writer(pool.clone());
+        sup.spawn("attempt writer", async move {
+            write_rows.await;
+            Ok::<(), std::convert::Infallible>(())
+        });
+        let handler = Arc::new(attempt_sink::AttemptSink {
+            writer,
+            max_body_bytes: cfg.attempts.max_body_bytes,
+            metrics: metrics.clone(),
+            shutdown: shutdown.clone(),
+        });
+        let (kafka, m, s) = (cfg.kafka.clone(), consumer_metrics.clone(), shutdown.clone());
+        sup.spawn("attempt sink", async move {
+            hookstream_kafka::consumer::run(&kafka, settings, handler, m, s).await
+        });
+        sup.spawn(
+            "attempt partitions",
+            attempt_sink::maintain(
+                pool.clone(),
+                cfg.attempts.clone(),
+                metrics.clone(),
+                shutdown.clone(),
+            ),
         );
     }
     health.set_ready(true);

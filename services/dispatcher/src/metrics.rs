@@ -73,6 +73,13 @@ pub struct DispatcherMetrics {
     /// Each retry tier topic's retention (seconds), as the broker reported it at start:
     /// a tier whose oldest waiting record nears it is about to lose records.
     pub tier_retention: GaugeVec,
+    /// Attempt records the attempt sink handled, by result: stored, duplicate (stored
+    /// before), undecodable, refused (by the database).
+    pub attempt_sink_rows: IntCounterVec,
+    /// Failed tries to store attempts (the sink retries: it never skips one for that).
+    pub attempt_sink_errors: IntCounter,
+    /// Day partitions of the delivery log dropped past `attempts.retention_days`.
+    pub attempt_partitions_dropped: IntCounter,
     /// 1 for each role this replica runs (`events`, `retry`, `dlq_sink`), 0 for the others.
     pub roles: IntGaugeVec,
 }
@@ -239,6 +246,24 @@ impl DispatcherMetrics {
                 "Rate-limit checks the database could not answer (the replica's own bucket decided)",
             )
             .unwrap(),
+            attempt_sink_rows: IntCounterVec::new(
+                Opts::new(
+                    "hookstream_attempt_sink_rows_total",
+                    "Attempt records the attempt sink handled, by result",
+                ),
+                &["result"],
+            )
+            .unwrap(),
+            attempt_sink_errors: IntCounter::new(
+                "hookstream_attempt_sink_store_errors_total",
+                "Failed tries to store attempts (retried)",
+            )
+            .unwrap(),
+            attempt_partitions_dropped: IntCounter::new(
+                "hookstream_attempt_partitions_dropped_total",
+                "Day partitions of the delivery log dropped past retention",
+            )
+            .unwrap(),
             roles: IntGaugeVec::new(
                 Opts::new(
                     "hookstream_dispatcher_roles",
@@ -265,6 +290,9 @@ impl DispatcherMetrics {
         let _ = registry.register(Box::new(m.group_replicas.clone()));
         let _ = registry.register(Box::new(m.tier_retention.clone()));
         let _ = registry.register(Box::new(m.roles.clone()));
+        let _ = registry.register(Box::new(m.attempt_sink_rows.clone()));
+        let _ = registry.register(Box::new(m.attempt_sink_errors.clone()));
+        let _ = registry.register(Box::new(m.attempt_partitions_dropped.clone()));
         let _ = registry.register(Box::new(m.dlq_stored.clone()));
         let _ = registry.register(Box::new(m.dlq_store_errors.clone()));
         let _ = registry.register(Box::new(m.dlq_pruned.clone()));
@@ -331,6 +359,10 @@ impl DispatcherMetrics {
         );
         init(&self.breaker_transitions, &["open", "half_open", "closed"]);
         init(&self.subscription_refreshes, &["incremental", "full"]);
+        init(
+            &self.attempt_sink_rows,
+            &["stored", "duplicate", "undecodable", "refused"],
+        );
     }
 
     /// Exports the retry tiers' series (by tier label: `5s`, `5m`, …) at 0.

@@ -80,6 +80,7 @@ fn start(env: &TestEnv) -> CancellationToken {
     };
     cfg.delivery.allow_cidrs = vec!["127.0.0.0/8".parse().unwrap()];
     cfg.dlq.sink_group_id = env.dlq_sink_group();
+    cfg.attempts.sink_group_id = env.attempt_sink_group();
     let t = token.clone();
     tokio::spawn(async move {
         outbox_relay::run(relay, &prometheus::Registry::new(), Default::default(), t)

@@ -15,6 +15,10 @@ pub fn dispatcher_config(env: &TestEnv) -> dispatcher::Config {
             sink_group_id: env.dlq_sink_group(),
             ..Default::default()
         },
+        attempts: dispatcher::attempt_sink::AttemptsConfig {
+            sink_group_id: env.attempt_sink_group(),
+            ..Default::default()
+        },
         secrets: env.secrets.clone(),
         ..Default::default()
     }

@@ -1,0 +1,329 @@
+//! The delivery log: every HTTP attempt, stored by the attempt sink from the attempts topic
+//! (`hookstream.attempts`, partitioned by UTC day of `started_at`), and what it answers: the
+//! attempts of an event or an endpoint, each (event, endpoint)'s delivery status, and per
+//! endpoint statistics with latency percentiles.
+//!
+//! Rows are keyed by (started_at, event, endpoint, attempt): a record stored twice (read again
+//! after a sink crash) is stored once. Retention drops whole day partitions
+//! (`drop_partitions_before`), never deletes rows one by one.
+
+use std::collections::HashSet;
+
+use chrono::{DateTime, NaiveDate, Utc};
+use serde::Serialize;
+use sqlx::{PgPool, Postgres, QueryBuilder};
+use uuid::Uuid;
+
+use crate::StoreError;
+
+/// Rows per INSERT (17 binds each, under PostgreSQL's 65,535).
+pub const MAX_ROWS_PER_INSERT: usize = 1_000;
+/// Longest error message stored.
+const MAX_ERROR_CHARS: usize = 1_000;
+/// Longest label (trigger, outcome, class, next, tier) stored.
+const MAX_LABEL_CHARS: usize = 64;
+
+/// One attempt to store.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewAttempt {
+    pub started_at: DateTime<Utc>,
+    pub event_id: Uuid,
+    pub endpoint_id: Uuid,
+    pub attempt: i32,
+    pub tenant_id: Uuid,
+    pub trigger: String,
+    pub duration_ms: i32,
+    pub status: Option<i32>,
+    pub outcome: String,
+    pub error_class: String,
+    pub error: String,
+    pub response_headers: Vec<(String, String)>,
+    pub response_body: Option<Vec<u8>>,
+    pub response_truncated: bool,
+    pub next: String,
+    pub next_due_at: Option<DateTime<Utc>>,
+    pub next_tier: Option<String>,
+}
+
+fn clean(s: &str, max_chars: usize) -> String {
+    s.chars().filter(|c| *c != '\0').take(max_chars).collect()
+}
+
+/// Creates the day partition of `day` if it is missing.
+pub async fn ensure_partition(pool: &PgPool, day: NaiveDate) -> Result<(), StoreError> {
+    sqlx::query("SELECT hookstream.ensure_attempt_partition($1)")
+        .bind(day)
+        .execute(pool)
+        .await?;
+    Ok(())
+}
+
+/// Drops the day partitions before `day`; returns their names.
+pub async fn drop_partitions_before(pool: &PgPool, day: NaiveDate) -> Result<Vec<String>, StoreError> {
+    Ok(
+        sqlx::query_scalar("SELECT hookstream.drop_attempt_partitions($1)")
+            .bind(day)
+            .fetch_all(pool)
+            .await?,
+    )
+}
+
+/// The day partitions that exist, oldest first.
+pub async fn partitions(pool: &PgPool) -> Result<Vec<String>, StoreError> {
+    Ok(sqlx::query_scalar(
+        "SELECT c.relname::text FROM pg_inherits i
+         JOIN pg_class c ON c.oid = i.inhrelid
+         JOIN pg_class p ON p.oid = i.inhparent
+         JOIN pg_namespace n ON n.oid = p.relnamespace
+         WHERE n.nspname = 'hookstream' AND p.relname = 'attempts'
+         ORDER BY 1",
+    )
+    .fetch_all(pool)
+    .await?)
+}
+
+/// The UTC days `rows` fall on.
+pub fn days_of(rows: &[NewAttempt]) -> HashSet<NaiveDate> {
+    rows.iter().map(|r| r.started_at.date_naive()).collect()
+}
+
+/// Stores `rows` in one statement (their day partitions must exist: `ensure_partition`).
+/// Returns per row whether it was stored (`false`: stored before, or a repeat in the batch).
+pub async fn insert_many(pool: &PgPool, rows: &[NewAttempt]) -> Result<Vec<bool>, StoreError> {
+    if rows.is_empty() {
+        return Ok(Vec::new());
+    }
+    if rows.len() > MAX_ROWS_PER_INSERT {
+        return Err(StoreError::Invalid(format!(
+            "{} attempts in one insert, at most {MAX_ROWS_PER_INSERT}",
+            rows.len()
+        )));
+    }
+    let mut q = QueryBuilder::<Postgres>::new(
+        "INSERT INTO hookstream.attempts
+            (started_at, event_id, endpoint_id, attempt, tenant_id, trigger, duration_ms, status,
+             outcome, error_class, error, response_headers, response_body, response_truncated,
+             next, next_due_at, next_tier) ",
+    );
+    q.push_values(rows, |mut b, a| {
+        let headers = serde_json::to_value(
+            a.response_headers
+                .iter()
+                .map(|(n, v)| [clean(n, 256), clean(v, 1024)])
+                .collect::<Vec<_>>(),
+        )
+        .unwrap_or_default();
+        b.push_bind(a.started_at)
+            .push_bind(a.event_id)
+            .push_bind(a.endpoint_id)
+            .push_bind(a.attempt)
+            .push_bind(a.tenant_id)
+            .push_bind(clean(&a.trigger, MAX_LABEL_CHARS))
+            .push_bind(a.duration_ms)
+            .push_bind(a.status)
+            .push_bind(clean(&a.outcome, MAX_LABEL_CHARS))
+            .push_bind(clean(&a.error_class, MAX_LABEL_CHARS))
+            .push_bind(clean(&a.error, MAX_ERROR_CHARS))
+            .push_bind(headers)
+            .push_bind(a.response_body.as_deref())
+            .push_bind(a.response_truncated)
+            .push_bind(clean(&a.next, MAX_LABEL_CHARS))
+            .push_bind(a.next_due_at)
+            .push_bind(a.next_tier.as_deref().map(|t| clean(t, MAX_LABEL_CHARS)));
+    });
+    q.push(" ON CONFLICT DO NOTHING RETURNING started_at, event_id, endpoint_id, attempt");
+    let stored: Vec<(DateTime<Utc>, Uuid, Uuid, i32)> = q
+        .build_query_as()
+        .fetch_all(pool)
+        .await
+        .map_err(StoreError::from_db)?;
+    // PostgreSQL keeps microseconds: compare keys at that precision.
+    let mut stored: HashSet<(i64, Uuid, Uuid, i32)> = stored
+        .into_iter()
+        .map(|(t, e, p, n)| (t.timestamp_micros(), e, p, n))
+        .collect();
+    // The first row of a key gets the credit; a repeat within the batch was a duplicate.
+    Ok(rows
+        .iter()
+        .map(|a| {
+            stored.remove(&(
+                a.started_at.timestamp_micros(),
+                a.event_id,
+                a.endpoint_id,
+                a.attempt,
+            ))
+        })
+        .collect())
+}
+
+/// A stored attempt.
+#[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
+pub struct Attempt {
+    pub started_at: DateTime<Utc>,
+    pub event_id: Uuid,
+    pub endpoint_id: Uuid,
+    pub attempt: i32,
+    pub tenant_id: Uuid,
+    pub trigger: String,
+    pub duration_ms: i32,
+    pub status: Option<i32>,
+    pub outcome: String,
+    pub error_class: String,
+    pub error: String,
+    pub response_headers: serde_json::Value,
+    #[serde(skip)]
+    pub response_body: Option<Vec<u8>>,
+    pub response_truncated: bool,
+    pub next: String,
+    pub next_due_at: Option<DateTime<Utc>>,
+    pub next_tier: Option<String>,
+}
+
+/// Which attempts to list. Every filter narrows; `tenant_id` scopes to one tenant.
+#[derive(Debug, Clone, Default)]
+pub struct Filter {
+    pub tenant_id: Option<Uuid>,
+    pub event_id: Option<Uuid>,
+    pub endpoint_id: Option<Uuid>,
+    pub since: Option<DateTime<Utc>>,
+    /// HTTP status class: 2 for 2xx … 5 for 5xx.
+    pub status_class: Option<i32>,
+    pub error_class: Option<String>,
+    pub limit: i64,
+}
+
+/// Attempts matching `filter`, newest first.
+pub async fn list(pool: &PgPool, filter: &Filter) -> Result<Vec<Attempt>, StoreError> {
+    let mut q = QueryBuilder::<Postgres>::new("SELECT * FROM hookstream.attempts WHERE true");
+    if let Some(t) = filter.tenant_id {
+        q.push(" AND tenant_id = ").push_bind(t);
+    }
+    if let Some(e) = filter.event_id {
+        q.push(" AND event_id = ").push_bind(e);
+    }
+    if let Some(e) = filter.endpoint_id {
+        q.push(" AND endpoint_id = ").push_bind(e);
+    }
+    if let Some(s) = filter.since {
+        q.push(" AND started_at >= ").push_bind(s);
+    }
+    if let Some(c) = filter.status_class {
+        q.push(" AND status / 100 = ").push_bind(c);
+    }
+    if let Some(c) = &filter.error_class {
+        q.push(" AND error_class = ").push_bind(c.clone());
+    }
+    q.push(" ORDER BY started_at DESC, attempt DESC LIMIT ")
+        .push_bind(filter.limit.clamp(1, 10_000));
+    Ok(q.build_query_as().fetch_all(pool).await?)
+}
+
+/// Where the delivery of one event to one endpoint stands, from its latest attempt.
+#[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
+pub struct DeliveryStatus {
+    pub endpoint_id: Uuid,
+    /// delivered, retrying, dead_lettered, or disabled (the endpoint was disabled since and
+    /// the delivery is not done).
+    pub state: String,
+    pub attempts: i64,
+    pub last_attempt_at: DateTime<Utc>,
+    pub last_status: Option<i32>,
+    pub last_error_class: String,
+    /// With state retrying: when the next attempt is due.
+    pub next_due_at: Option<DateTime<Utc>>,
+}
+
+/// The delivery status of `event_id` at each endpoint that has an attempt (scoped to
+/// `tenant_id` when given).
+pub async fn status(
+    pool: &PgPool,
+    event_id: Uuid,
+    tenant_id: Option<Uuid>,
+) -> Result<Vec<DeliveryStatus>, StoreError> {
+    Ok(sqlx::query_as(
+        "WITH latest AS (
+             SELECT DISTINCT ON (endpoint_id) endpoint_id, next, next_due_at, started_at, status,
+                    error_class, count(*) OVER (PARTITION BY endpoint_id) AS attempts
+             FROM hookstream.attempts
+             WHERE event_id = $1 AND ($2::uuid IS NULL OR tenant_id = $2)
+             ORDER BY endpoint_id, started_at DESC, attempt DESC)
+         SELECT l.endpoint_id,
+                CASE WHEN l.next = 'delivered' THEN 'delivered'
+                     WHEN l.next = 'dead_lettered' THEN 'dead_lettered'
+                     WHEN e.enabled IS DISTINCT FROM true THEN 'disabled'
+                     ELSE 'retrying' END AS state,
+                l.attempts, l.started_at AS last_attempt_at, l.status AS last_status,
+                l.error_class AS last_error_class,
+                CASE WHEN l.next = 'retry' THEN l.next_due_at END AS next_due_at
+         FROM latest l LEFT JOIN hookstream.endpoints e ON e.id = l.endpoint_id
+         ORDER BY l.endpoint_id",
+    )
+    .bind(event_id)
+    .bind(tenant_id)
+    .fetch_all(pool)
+    .await?)
+}
+
+/// One endpoint's attempts over a window.
+#[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
+pub struct EndpointStats {
+    pub endpoint_id: Uuid,
+    pub tenant_id: Uuid,
+    pub attempts: i64,
+    pub delivered: i64,
+    pub success_rate: f64,
+    pub p50_ms: f64,
+    pub p95_ms: f64,
+    pub p99_ms: f64,
+    /// The most frequent error class of the failed attempts, and how many had it.
+    pub top_error_class: Option<String>,
+    pub top_error_count: Option<i64>,
+    /// The most frequent non-2xx status, and how many had it.
+    pub top_status: Option<i32>,
+    pub top_status_count: Option<i64>,
+    pub enabled: Option<bool>,
+    pub failing_since: Option<DateTime<Utc>>,
+}
+
+/// Per endpoint statistics of the attempts since `since` (scoped to `tenant_id` when
+/// given), worst first: lowest success rate, then slowest p99. Percentiles are computed in
+/// SQL over the window (`percentile_cont` on the attempts' durations).
+pub async fn endpoint_stats(
+    pool: &PgPool,
+    tenant_id: Option<Uuid>,
+    since: DateTime<Utc>,
+) -> Result<Vec<EndpointStats>, StoreError> {
+    Ok(sqlx::query_as(
+        "WITH w AS (
+             SELECT * FROM hookstream.attempts
+             WHERE started_at >= $2 AND ($1::uuid IS NULL OR tenant_id = $1)),
+         s AS (
+             SELECT endpoint_id, min(tenant_id::text)::uuid AS tenant_id, count(*) AS attempts,
+                    count(*) FILTER (WHERE outcome = 'delivered') AS delivered,
+                    percentile_cont(0.5) WITHIN GROUP (ORDER BY duration_ms) AS p50_ms,
+                    percentile_cont(0.95) WITHIN GROUP (ORDER BY duration_ms) AS p95_ms,
+                    percentile_cont(0.99) WITHIN GROUP (ORDER BY duration_ms) AS p99_ms
+             FROM w GROUP BY endpoint_id),
+         c AS (
+             SELECT DISTINCT ON (endpoint_id) endpoint_id, error_class, count(*) AS n
+             FROM w WHERE outcome <> 'delivered'
+             GROUP BY endpoint_id, error_class ORDER BY endpoint_id, n DESC, error_class),
+         st AS (
+             SELECT DISTINCT ON (endpoint_id) endpoint_id, status, count(*) AS n
+             FROM w WHERE status IS NOT NULL AND status / 100 <> 2
+             GROUP BY endpoint_id, status ORDER BY endpoint_id, n DESC, status)
+         SELECT s.endpoint_id, s.tenant_id, s.attempts, s.delivered,
+                s.delivered::float8 / s.attempts AS success_rate,
+                s.p50_ms, s.p95_ms, s.p99_ms,
+                c.error_class AS top_error_class, c.n AS top_error_count,
+                st.status AS top_status, st.n AS top_status_count,
+                e.enabled, e.failing_since
+         FROM s LEFT JOIN c USING (endpoint_id) LEFT JOIN st USING (endpoint_id)
+         LEFT JOIN hookstream.endpoints e ON e.id = s.endpoint_id
+         ORDER BY success_rate, s.p99_ms DESC, s.endpoint_id",
+    )
+    .bind(tenant_id)
+    .bind(since)
+    .fetch_all(pool)
+    .await?)
+}

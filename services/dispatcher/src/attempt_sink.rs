@@ -1,0 +1,301 @@
+//! The attempt sink: consumes the attempts topic in its own consumer group and stores every
+//! attempt record in PostgreSQL (`hookstream.attempts`, partitioned by day), where
+//! `hookstream attempts`, `event show` and `endpoint stats` read it. It runs inside each
+//! dispatcher process with the `attempt_sink` role (the group shares the partitions).
+//!
+//! Why in the dispatcher and not a service of its own: it is the same mechanism as the DLQ
+//! sink (a tracked consumer handing rows to a batch writer, `sink.rs`), it needs the same
+//! configuration, and a deployment that wants it apart runs a dispatcher with only this role
+//! (the Helm chart runs it beside the retry role and the DLQ sink, never in the replicas
+//! scaled on lag). Delivery never waits for it: the attempt log is produced without waiting
+//! and the sink merely lags (its lag is exported like every group's) and catches up.
+//!
+//! Rows are written in batches, their day partitions created first; while PostgreSQL is down
+//! the sink waits and skips nothing; a record read twice after a crash is stored once (the
+//! row's key). A record that does not decode, or whose row the database refuses, is counted
+//! and logged, and skipped: the delivery it describes happened, and one bad record must not
+//! stop the log. Day partitions older than `retention_days` are dropped every hour.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, NaiveDate, Utc};
+use hookstream_config::{ConfigError, Validate};
+use hookstream_kafka::{Done, Fatal, Handler, Record, Start};
+use hookstream_proto::{AttemptRecord, Message as _};
+use hookstream_store::attempts::{self, NewAttempt};
+use hookstream_store::batch::Batcher;
+use hookstream_store::sqlx::PgPool;
+use hookstream_store::StoreError;
+use serde::{Deserialize, Serialize};
+use tokio::sync::Mutex;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use crate::attempt_log::LogMode;
+use crate::sink::{self, OnRefused, Stored};
+use crate::DispatcherMetrics;
+
+/// Records being stored at once.
+pub(crate) const MAX_IN_FLIGHT: usize = 2_048;
+/// Rows written in one statement.
+const BATCH_ROWS: usize = 500;
+/// How often old partitions are dropped and the next days' created.
+const MAINTAIN_EVERY: Duration = Duration::from_secs(3_600);
+
+/// The `[attempts]` section of the dispatcher's configuration.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct AttemptsConfig {
+    /// Which attempts are produced to the attempts topic: `all`, `failures` or `off`.
+    pub log: LogMode,
+    /// Store the attempts topic in PostgreSQL (`hookstream.attempts`).
+    pub sink_enabled: bool,
+    /// Consumer group of the sink on the attempts topic.
+    pub sink_group_id: String,
+    /// Days of attempts kept (whole day partitions are dropped); at least 1.
+    pub retention_days: u32,
+    /// Most of a response body stored per attempt (bytes; the rest is cut and the row says
+    /// so). 0 stores none.
+    pub max_body_bytes: usize,
+}
+
+impl Default for AttemptsConfig {
+    fn default() -> Self {
+        Self {
+            log: LogMode::All,
+            sink_enabled: true,
+            sink_group_id: "hookstream-attempt-sink".into(),
+            retention_days: 30,
+            max_body_bytes: 4 * 1024,
+        }
+    }
+}
+
+impl Validate for AttemptsConfig {
+    fn validate(&self) -> Result<(), ConfigError> {
+        if self.sink_group_id.trim().is_empty() {
+            return Err(ConfigError::new("attempts.sink_group_id must not be empty"));
+        }
+        if self.retention_days == 0 {
+            return Err(ConfigError::new("attempts.retention_days must be at least 1"));
+        }
+        if self.max_body_bytes > 64 * 1024 {
+            return Err(ConfigError::new("attempts.max_body_bytes must be at most 65536"));
+        }
+        Ok(())
+    }
+}
+
+/// Writes attempts in batches.
+pub(crate) type AttemptWriter = Batcher<NewAttempt, bool>;
+
+/// The writer of the sink's rows (it creates the day partitions a batch needs first), and the
+/// task that writes them.
+pub(crate) fn writer(pool: PgPool) -> (AttemptWriter, impl std::future::Future<Output = ()> + Send) {
+    let known: Arc<Mutex<HashSet<NaiveDate>>> = Arc::default();
+    Batcher::new(BATCH_ROWS, move |rows: Vec<NewAttempt>| {
+        let (pool, known) = (pool.clone(), known.clone());
+        async move {
+            let result = write(&pool, &known, &rows).await;
+            (rows, result)
+        }
+    })
+}
+
+async fn write(
+    pool: &PgPool,
+    known: &Mutex<HashSet<NaiveDate>>,
+    rows: &[NewAttempt],
+) -> Result<Vec<bool>, StoreError> {
+    let mut known = known.lock().await;
+    for day in attempts::days_of(rows) {
+        if !known.contains(&day) {
+            attempts::ensure_partition(pool, day).await?;
+            known.insert(day);
+        }
+    }
+    drop(known);
+    attempts::insert_many(pool, rows).await
+}
+
+/// Drops partitions past retention and creates today's and the next two days' every hour.
+pub(crate) async fn maintain(
+    pool: PgPool,
+    cfg: AttemptsConfig,
+    metrics: DispatcherMetrics,
+    shutdown: CancellationToken,
+) -> Result<(), StoreError> {
+    let mut every = tokio::time::interval(MAINTAIN_EVERY);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = every.tick() => {}
+            _ = shutdown.cancelled() => return Ok(()),
+        }
+        if let Err(e) = maintain_once(&pool, &cfg, &metrics, Utc::now().date_naive()).await {
+            tracing::warn!(error = %e, "cannot maintain the attempt partitions, trying in an hour");
+        }
+    }
+}
+
+/// One round of partition upkeep as of `today` (UTC).
+pub(crate) async fn maintain_once(
+    pool: &PgPool,
+    cfg: &AttemptsConfig,
+    metrics: &DispatcherMetrics,
+    today: NaiveDate,
+) -> Result<(), StoreError> {
+    for ahead in 0..3 {
+        attempts::ensure_partition(pool, today + chrono::Days::new(ahead)).await?;
+    }
+    let before = today - chrono::Days::new(u64::from(cfg.retention_days));
+    let dropped = attempts::drop_partitions_before(pool, before).await?;
+    if !dropped.is_empty() {
+        metrics.attempt_partitions_dropped.inc_by(dropped.len() as u64);
+        tracing::info!(partitions = ?dropped, retention_days = cfg.retention_days, "attempt partitions past retention dropped");
+    }
+    Ok(())
+}
+
+/// The sink: a handler for the tracked consumer of the attempts topic.
+pub(crate) struct AttemptSink {
+    pub(crate) writer: AttemptWriter,
+    pub(crate) max_body_bytes: usize,
+    pub(crate) metrics: DispatcherMetrics,
+    pub(crate) shutdown: CancellationToken,
+}
+
+impl Handler for AttemptSink {
+    type Work = Option<NewAttempt>;
+
+    fn prepare(&self, record: Record) -> Start<Option<NewAttempt>> {
+        match to_row(&record.payload, self.max_body_bytes) {
+            Ok(row) => Start::Now(Some(row)),
+            Err(why) => {
+                self.metrics
+                    .attempt_sink_rows
+                    .with_label_values(&["undecodable"])
+                    .inc();
+                tracing::warn!(topic = %record.topic, partition = record.partition, offset = record.offset,
+                    reason = %why, "attempt record skipped");
+                Start::Now(None)
+            }
+        }
+    }
+
+    async fn run(self: Arc<Self>, row: Option<NewAttempt>) -> Result<Done, Fatal> {
+        let Some(row) = row else {
+            return Ok(Done::Finished);
+        };
+        let metrics = &self.metrics;
+        let stored = sink::store(
+            &self.writer,
+            row,
+            "attempt",
+            &metrics.attempt_sink_errors,
+            &self.shutdown,
+            |why, row| {
+                metrics.attempt_sink_rows.with_label_values(&["refused"]).inc();
+                tracing::warn!(error = %why, event_id = %row.event_id, endpoint_id = %row.endpoint_id,
+                    attempt = row.attempt, "attempt refused by the database, skipped");
+                OnRefused::GiveUp
+            },
+        )
+        .await?;
+        if let Stored::Row(new) = &stored {
+            let result = if *new { "stored" } else { "duplicate" };
+            metrics.attempt_sink_rows.with_label_values(&[result]).inc();
+        }
+        Ok(stored.done())
+    }
+}
+
+fn time(ms: i64) -> Option<DateTime<Utc>> {
+    (ms > 0).then(|| DateTime::from_timestamp_millis(ms)).flatten()
+}
+
+fn id(text: &str, what: &str) -> Result<Uuid, String> {
+    Uuid::parse_str(text).map_err(|_| format!("{what} {text:?} is not a UUID"))
+}
+
+/// The row of one attempt record; an error names what is wrong with it.
+pub(crate) fn to_row(payload: &[u8], max_body_bytes: usize) -> Result<NewAttempt, String> {
+    let r = AttemptRecord::decode(payload).map_err(|e| format!("undecodable attempt record: {e}"))?;
+    let started_at = time(r.attempted_at_ms).ok_or("attempt record without a start time")?;
+    let mut body = r.response.to_vec();
+    let truncated = r.response_truncated || body.len() > max_body_bytes;
+    body.truncate(max_body_bytes);
+    Ok(NewAttempt {
+        started_at,
+        event_id: id(&r.event_id, "event_id")?,
+        endpoint_id: id(&r.endpoint_id, "endpoint_id")?,
+        attempt: i32::try_from(r.attempt).unwrap_or(i32::MAX),
+        tenant_id: id(&r.tenant_id, "tenant_id")?,
+        trigger: r.trigger,
+        duration_ms: i32::try_from(r.latency_ms).unwrap_or(i32::MAX),
+        status: (r.status > 0).then_some(r.status),
+        outcome: r.outcome,
+        error_class: r.error_class,
+        error: r.error,
+        response_headers: r
+            .response_headers
+            .into_iter()
+            .map(|h| (h.name, h.value))
+            .collect(),
+        response_body: (!body.is_empty()).then_some(body),
+        response_truncated: truncated,
+        next: r.next,
+        next_due_at: time(r.next_due_at_ms),
+        next_tier: (!r.next_tier.is_empty()).then_some(r.next_tier),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record() -> AttemptRecord {
+        AttemptRecord {
+            event_id: Uuid::from_u128(1).to_string(),
+            tenant_id: Uuid::from_u128(2).to_string(),
+            endpoint_id: Uuid::from_u128(3).to_string(),
+            attempt: 2,
+            status: 503,
+            outcome: "retryable".into(),
+            error_class: "http_5xx".into(),
+            latency_ms: 42,
+            attempted_at_ms: 1_700_000_000_000,
+            response: vec![b'x'; 10].into(),
+            next: "retry".into(),
+            next_due_at_ms: 1_700_000_005_000,
+            next_tier: "5s".into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_record_becomes_its_row_and_the_body_is_cut_at_the_limit() {
+        let row = to_row(&record().encode_to_vec(), 4).unwrap();
+        assert_eq!(row.attempt, 2);
+        assert_eq!(row.status, Some(503));
+        assert_eq!(row.response_body.as_deref(), Some(&b"xxxx"[..]));
+        assert!(row.response_truncated);
+        assert_eq!(row.next_tier.as_deref(), Some("5s"));
+        assert_eq!(row.next_due_at.unwrap().timestamp_millis(), 1_700_000_005_000);
+        let whole = to_row(&record().encode_to_vec(), 100).unwrap();
+        assert!(!whole.response_truncated);
+    }
+
+    #[test]
+    fn bad_records_are_refused_with_a_reason() {
+        assert!(to_row(b"\xff\xff\xff", 10).unwrap_err().contains("undecodable"));
+        let mut r = record();
+        r.event_id = "nope".into();
+        assert!(to_row(&r.encode_to_vec(), 10).unwrap_err().contains("event_id"));
+        let mut r = record();
+        r.attempted_at_ms = 0;
+        assert!(to_row(&r.encode_to_vec(), 10).unwrap_err().contains("start time"));
+    }
+}
