@@ -371,7 +371,7 @@ pub async fn resend(
 }
 
 /// RFC 3339, a date (midnight UTC), or an age such as `30m` (that long ago).
-fn parse_time(text: &str) -> anyhow::Result<DateTime<Utc>> {
+pub(crate) fn parse_time(text: &str) -> anyhow::Result<DateTime<Utc>> {
     if let Ok(t) = DateTime::parse_from_rfc3339(text) {
         return Ok(t.with_timezone(&Utc));
     }
@@ -436,7 +436,7 @@ fn shorten(text: &str, max: usize) -> String {
     }
 }
 
-fn print_table(headers: &[&str], rows: Vec<Vec<String>>) {
+pub(crate) fn print_table(headers: &[&str], rows: Vec<Vec<String>>) {
     let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
     for row in &rows {
         for (w, cell) in widths.iter_mut().zip(row) {

@@ -6,6 +6,7 @@
 
 #![forbid(unsafe_code)]
 
+mod attempts;
 mod dlq;
 mod listen;
 mod probe;
@@ -65,6 +66,9 @@ enum Command {
     /// Dead letters: list, show, replay, stats.
     #[command(subcommand)]
     Dlq(dlq::DlqCmd),
+    /// The delivery log: every attempt, with why it was made and what happened next.
+    #[command(subcommand)]
+    Attempts(AttemptsCmd),
     /// Run a receiver that verifies each delivery's signature and prints it.
     Listen(listen::ListenArgs),
     /// Keys that seal endpoint secrets at rest.
@@ -94,6 +98,12 @@ enum TopicsCmd {
 }
 
 #[derive(Subcommand)]
+enum AttemptsCmd {
+    /// List the attempts of an event or at an endpoint, newest first.
+    List(attempts::ListArgs),
+}
+
+#[derive(Subcommand)]
 enum TenantCmd {
     /// Create a tenant.
     Create {
@@ -120,6 +130,9 @@ enum EndpointCmd {
         #[arg(long)]
         json: bool,
     },
+    /// Per endpoint over a window: attempts, success rate, p50/p95/p99 latency, top error
+    /// class and status, state; worst first (from the delivery log).
+    Stats(attempts::StatsArgs),
     /// Stop delivering to an endpoint.
     Disable { id: Uuid },
     /// Deliver to an endpoint again.
@@ -317,6 +330,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 .with_context(|| format!("connecting to {}", cfg.database.redacted_url()))?;
             match command {
                 Command::Dlq(cmd) => dlq::run(cmd, &pool, &cfg.kafka, &cfg.retry).await,
+                Command::Attempts(AttemptsCmd::List(a)) => attempts::list(a, &pool).await,
+                Command::Endpoint(EndpointCmd::Stats(a)) => attempts::stats(a, &pool).await,
                 Command::Event(EventCmd::Resend(a)) => dlq::resend(a, &pool, &cfg.kafka, &cfg.retry).await,
                 command => run_db(command, &pool, &cfg).await,
             }
@@ -488,6 +503,9 @@ async fn run_db(command: Command, pool: &PgPool, cfg: &CliConfig) -> anyhow::Res
             unreachable!("handled without a database")
         }
         Command::Dlq(_) | Command::Event(EventCmd::Resend(_)) => unreachable!("handled in dlq.rs"),
+        Command::Attempts(_) | Command::Endpoint(EndpointCmd::Stats(_)) => {
+            unreachable!("handled in attempts.rs")
+        }
     }
     Ok(())
 }
