@@ -54,6 +54,7 @@ pub const SECTIONS: &[&str] = &[
     "dispatcher",
     "retry",
     "dlq",
+    "attempts",
     "secrets",
 ];
 

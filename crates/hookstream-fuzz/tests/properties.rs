@@ -31,14 +31,14 @@ fn envelope() -> impl Strategy<Value = EventEnvelope> {
         (".*", ".*", ".*", ".*", ".*"),
         prop::collection::vec(any::<u8>(), 0..64),
         prop::collection::hash_map(".{0,8}", ".{0,8}", 0..4),
-        (any::<i64>(), any::<i64>(), any::<i64>()),
+        (any::<i64>(), any::<i64>(), any::<i64>(), any::<i64>()),
     )
         .prop_map(
             |(
                 (event_id, tenant_id, event_type, aggregate_type, aggregate_id),
                 payload,
                 headers,
-                (c, o, v),
+                (c, o, v, r),
             )| {
                 EventEnvelope {
                     event_id,
@@ -51,6 +51,7 @@ fn envelope() -> impl Strategy<Value = EventEnvelope> {
                     created_at_ms: c,
                     outbox_id: o,
                     subscription_version: v,
+                    relayed_at_ms: r,
                 }
             },
         )

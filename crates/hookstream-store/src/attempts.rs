@@ -16,7 +16,7 @@ use uuid::Uuid;
 
 use crate::StoreError;
 
-/// Rows per INSERT (17 binds each, under PostgreSQL's 65,535).
+/// Rows per INSERT (22 binds each, under PostgreSQL's 65,535).
 pub const MAX_ROWS_PER_INSERT: usize = 1_000;
 /// Longest error message stored.
 const MAX_ERROR_CHARS: usize = 1_000;
@@ -43,6 +43,11 @@ pub struct NewAttempt {
     pub next: String,
     pub next_due_at: Option<DateTime<Utc>>,
     pub next_tier: Option<String>,
+    pub event_type: Option<String>,
+    pub aggregate_id: Option<String>,
+    pub payload_bytes: Option<i32>,
+    pub committed_at: Option<DateTime<Utc>>,
+    pub relayed_at: Option<DateTime<Utc>>,
 }
 
 fn clean(s: &str, max_chars: usize) -> String {
@@ -103,7 +108,8 @@ pub async fn insert_many(pool: &PgPool, rows: &[NewAttempt]) -> Result<Vec<bool>
         "INSERT INTO hookstream.attempts
             (started_at, event_id, endpoint_id, attempt, tenant_id, trigger, duration_ms, status,
              outcome, error_class, error, response_headers, response_body, response_truncated,
-             next, next_due_at, next_tier) ",
+             next, next_due_at, next_tier, event_type, aggregate_id, payload_bytes, committed_at,
+             relayed_at) ",
     );
     q.push_values(rows, |mut b, a| {
         let headers = serde_json::to_value(
@@ -129,7 +135,12 @@ pub async fn insert_many(pool: &PgPool, rows: &[NewAttempt]) -> Result<Vec<bool>
             .push_bind(a.response_truncated)
             .push_bind(clean(&a.next, MAX_LABEL_CHARS))
             .push_bind(a.next_due_at)
-            .push_bind(a.next_tier.as_deref().map(|t| clean(t, MAX_LABEL_CHARS)));
+            .push_bind(a.next_tier.as_deref().map(|t| clean(t, MAX_LABEL_CHARS)))
+            .push_bind(a.event_type.as_deref().map(|t| clean(t, 256)))
+            .push_bind(a.aggregate_id.as_deref().map(|t| clean(t, 256)))
+            .push_bind(a.payload_bytes)
+            .push_bind(a.committed_at)
+            .push_bind(a.relayed_at);
     });
     q.push(" ON CONFLICT DO NOTHING RETURNING started_at, event_id, endpoint_id, attempt");
     let stored: Vec<(DateTime<Utc>, Uuid, Uuid, i32)> = q
@@ -177,6 +188,11 @@ pub struct Attempt {
     pub next: String,
     pub next_due_at: Option<DateTime<Utc>>,
     pub next_tier: Option<String>,
+    pub event_type: Option<String>,
+    pub aggregate_id: Option<String>,
+    pub payload_bytes: Option<i32>,
+    pub committed_at: Option<DateTime<Utc>>,
+    pub relayed_at: Option<DateTime<Utc>>,
 }
 
 /// Which attempts to list. Every filter narrows; `tenant_id` scopes to one tenant.
@@ -262,6 +278,44 @@ pub async fn status(
     .bind(tenant_id)
     .fetch_all(pool)
     .await?)
+}
+
+/// Where an event is before any attempt: waiting in the outbox, or quarantined there.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub enum NotYetAttempted {
+    /// In the outbox since this time: the relay has not shipped it yet.
+    InOutbox { committed_at: DateTime<Utc> },
+    /// Quarantined by the relay, with its reason: it will not be delivered.
+    Quarantined { reason: String },
+}
+
+/// The event's place before the dispatchers, if it is still in the outbox or its quarantine
+/// (scoped to `tenant_id` when given).
+pub async fn before_delivery(
+    pool: &PgPool,
+    event_id: Uuid,
+    tenant_id: Option<Uuid>,
+) -> Result<Option<NotYetAttempted>, StoreError> {
+    let waiting: Option<DateTime<Utc>> = sqlx::query_scalar(
+        "SELECT min(created_at) FROM hookstream.outbox
+         WHERE event_id = $1 AND ($2::uuid IS NULL OR tenant_id = $2)",
+    )
+    .bind(event_id)
+    .bind(tenant_id)
+    .fetch_one(pool)
+    .await?;
+    if let Some(committed_at) = waiting {
+        return Ok(Some(NotYetAttempted::InOutbox { committed_at }));
+    }
+    let reason: Option<String> = sqlx::query_scalar(
+        "SELECT reason FROM hookstream.outbox_quarantine
+         WHERE event_id = $1 AND ($2::uuid IS NULL OR tenant_id = $2) LIMIT 1",
+    )
+    .bind(event_id)
+    .bind(tenant_id)
+    .fetch_optional(pool)
+    .await?;
+    Ok(reason.map(|reason| NotYetAttempted::Quarantined { reason }))
 }
 
 /// One endpoint's attempts over a window.

@@ -151,6 +151,11 @@ impl AttemptLog {
             next: next.into(),
             next_due_at_ms,
             next_tier,
+            event_type: a.event.event_type.clone(),
+            aggregate_id: a.event.aggregate_id.clone(),
+            payload_bytes: u32::try_from(a.event.payload.len()).unwrap_or(u32::MAX),
+            committed_at_ms: a.event.created_at_ms,
+            relayed_at_ms: a.event.relayed_at_ms,
         }
         .encode_to_vec();
         let key = a.endpoint_id.to_string();

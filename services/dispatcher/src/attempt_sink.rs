@@ -249,6 +249,11 @@ pub(crate) fn to_row(payload: &[u8], max_body_bytes: usize) -> Result<NewAttempt
         next: r.next,
         next_due_at: time(r.next_due_at_ms),
         next_tier: (!r.next_tier.is_empty()).then_some(r.next_tier),
+        event_type: (!r.event_type.is_empty()).then_some(r.event_type),
+        aggregate_id: (!r.aggregate_id.is_empty()).then_some(r.aggregate_id),
+        payload_bytes: (r.payload_bytes > 0).then(|| i32::try_from(r.payload_bytes).unwrap_or(i32::MAX)),
+        committed_at: time(r.committed_at_ms),
+        relayed_at: time(r.relayed_at_ms),
     })
 }
 

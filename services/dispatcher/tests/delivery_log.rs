@@ -121,6 +121,17 @@ async fn delivered_retried_and_dead_lettered_deliveries_show_their_attempts_and_
         "the receiver's response headers are kept: {headers:?}"
     );
     assert!(rows.iter().all(|a| a.tenant_id == tenant && a.duration_ms >= 0));
+    let e = &rows[0];
+    // `{"n": 1}`: the payload as the outbox's jsonb prints it, what receivers get.
+    assert_eq!(
+        (e.event_type.as_deref(), e.payload_bytes),
+        (Some("order.created"), Some(8))
+    );
+    let (committed, relayed) = (e.committed_at.unwrap(), e.relayed_at.expect("relay time"));
+    assert!(
+        committed <= relayed && relayed <= e.started_at,
+        "committed, relayed, attempted in order"
+    );
 
     // Another tenant sees none of it.
     let scoped = Filter {
@@ -204,6 +215,11 @@ fn row(started_at: chrono::DateTime<Utc>, tenant: Uuid) -> NewAttempt {
         next: "delivered".into(),
         next_due_at: None,
         next_tier: None,
+        event_type: Some("order.created".into()),
+        aggregate_id: None,
+        payload_bytes: Some(2),
+        committed_at: Some(started_at),
+        relayed_at: Some(started_at),
     }
 }
 

@@ -4,7 +4,7 @@
 use anyhow::{bail, Context as _};
 use chrono::{DateTime, Utc};
 use clap::Args;
-use hookstream_store::attempts::{self, Filter};
+use hookstream_store::attempts::{self, Filter, NotYetAttempted};
 use hookstream_store::sqlx::PgPool;
 use uuid::Uuid;
 
@@ -33,6 +33,17 @@ pub struct ListArgs {
     /// At most this many (newest first).
     #[arg(long, default_value_t = 100)]
     limit: i64,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+pub struct ShowArgs {
+    /// The event id (the `webhook-id` receivers saw).
+    event_id: Uuid,
+    /// Only if it is this tenant's (id or name).
+    #[arg(long)]
+    tenant: Option<String>,
     #[arg(long)]
     json: bool,
 }
@@ -177,5 +188,131 @@ pub async fn stats(a: StatsArgs, pool: &PgPool) -> anyhow::Result<()> {
             })
             .collect(),
     );
+    Ok(())
+}
+
+/// `hookstream event show ID`: the event and, per endpoint, its status and every attempt.
+pub async fn show(a: ShowArgs, pool: &PgPool) -> anyhow::Result<()> {
+    let tenant = match &a.tenant {
+        Some(t) => Some(crate::resolve_tenant(pool, t).await?),
+        None => None,
+    };
+    let filter = Filter {
+        tenant_id: tenant,
+        event_id: Some(a.event_id),
+        limit: 10_000,
+        ..Default::default()
+    };
+    let mut rows = attempts::list(pool, &filter).await?;
+    rows.reverse(); // oldest first
+    let status = attempts::status(pool, a.event_id, tenant).await?;
+    let before = if rows.is_empty() {
+        attempts::before_delivery(pool, a.event_id, tenant).await?
+    } else {
+        None
+    };
+    if a.json {
+        let endpoints: Vec<serde_json::Value> = status
+            .iter()
+            .map(|s| {
+                let of: Vec<&attempts::Attempt> =
+                    rows.iter().filter(|r| r.endpoint_id == s.endpoint_id).collect();
+                serde_json::json!({ "status": s, "attempts": of })
+            })
+            .collect();
+        let first = rows.first();
+        println!(
+            "{}",
+            serde_json::json!({
+                "event_id": a.event_id,
+                "tenant_id": first.map(|r| r.tenant_id),
+                "event_type": first.and_then(|r| r.event_type.clone()),
+                "aggregate_id": first.and_then(|r| r.aggregate_id.clone()),
+                "payload_bytes": first.and_then(|r| r.payload_bytes),
+                "committed_at": first.and_then(|r| r.committed_at),
+                "relayed_at": first.and_then(|r| r.relayed_at),
+                "before_delivery": before,
+                "endpoints": endpoints,
+            })
+        );
+        return Ok(());
+    }
+    let Some(first) = rows.first() else {
+        match before {
+            Some(NotYetAttempted::InOutbox { committed_at }) => {
+                println!("event {}: committed {}, waiting in the outbox (not yet relayed)", a.event_id, ms(Some(committed_at)))
+            }
+            Some(NotYetAttempted::Quarantined { reason }) => {
+                println!("event {}: quarantined by the relay, not delivered: {reason}", a.event_id)
+            }
+            None => bail!(
+                "no attempts of event {} in the delivery log (unknown, not this tenant's, routed to no endpoint, \
+                 past attempts.retention_days, or the attempt sink is behind)",
+                a.event_id
+            ),
+        }
+        return Ok(());
+    };
+    println!("event      {}", a.event_id);
+    println!("tenant     {}", first.tenant_id);
+    println!(
+        "type       {}{}",
+        first.event_type.as_deref().unwrap_or("-"),
+        first
+            .aggregate_id
+            .as_deref()
+            .filter(|s| !s.is_empty())
+            .map(|g| format!("  (aggregate {g})"))
+            .unwrap_or_default()
+    );
+    if let Some(n) = first.payload_bytes {
+        println!("payload    {n} bytes");
+    }
+    println!("committed  {}", ms(first.committed_at));
+    let relay_ms = first
+        .committed_at
+        .zip(first.relayed_at)
+        .map(|(c, r)| format!("  (+{} ms)", (r - c).num_milliseconds()))
+        .unwrap_or_default();
+    println!("relayed    {}{relay_ms}", ms(first.relayed_at));
+    for s in &status {
+        let detail = match s.state.as_str() {
+            "retrying" => format!("next attempt due {}", ms(s.next_due_at)),
+            _ => format!(
+                "last answer {}",
+                s.last_status
+                    .map_or(s.last_error_class.clone(), |c| c.to_string())
+            ),
+        };
+        println!();
+        println!(
+            "endpoint {}: {} after {} attempt(s), {detail}",
+            s.endpoint_id, s.state, s.attempts
+        );
+        print_table(
+            &[
+                "#", "started", "trigger", "ms", "status", "class", "next", "error",
+            ],
+            rows.iter()
+                .filter(|r| r.endpoint_id == s.endpoint_id)
+                .map(|r| {
+                    vec![
+                        r.attempt.to_string(),
+                        ms(Some(r.started_at)),
+                        r.trigger.clone(),
+                        r.duration_ms.to_string(),
+                        r.status.map_or("-".into(), |c| c.to_string()),
+                        r.error_class.clone(),
+                        if r.next.is_empty() {
+                            "-".into()
+                        } else {
+                            r.next.clone()
+                        },
+                        r.error.clone(),
+                    ]
+                })
+                .collect(),
+        );
+    }
     Ok(())
 }

@@ -180,6 +180,9 @@ enum EventCmd {
     Publish(EventPublish),
     /// Send one event again to one endpoint (same webhook-id), through the retry path.
     Resend(dlq::ResendArgs),
+    /// An event from the delivery log: type, payload size, committed and relayed, and per
+    /// endpoint its status (delivered, retrying, dead-lettered, disabled) and every attempt.
+    Show(attempts::ShowArgs),
 }
 
 #[derive(Args)]
@@ -331,6 +334,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             match command {
                 Command::Dlq(cmd) => dlq::run(cmd, &pool, &cfg.kafka, &cfg.retry).await,
                 Command::Attempts(AttemptsCmd::List(a)) => attempts::list(a, &pool).await,
+                Command::Event(EventCmd::Show(a)) => attempts::show(a, &pool).await,
                 Command::Endpoint(EndpointCmd::Stats(a)) => attempts::stats(a, &pool).await,
                 Command::Event(EventCmd::Resend(a)) => dlq::resend(a, &pool, &cfg.kafka, &cfg.retry).await,
                 command => run_db(command, &pool, &cfg).await,
@@ -503,7 +507,9 @@ async fn run_db(command: Command, pool: &PgPool, cfg: &CliConfig) -> anyhow::Res
             unreachable!("handled without a database")
         }
         Command::Dlq(_) | Command::Event(EventCmd::Resend(_)) => unreachable!("handled in dlq.rs"),
-        Command::Attempts(_) | Command::Endpoint(EndpointCmd::Stats(_)) => {
+        Command::Attempts(_)
+        | Command::Endpoint(EndpointCmd::Stats(_))
+        | Command::Event(EventCmd::Show(_)) => {
             unreachable!("handled in attempts.rs")
         }
     }

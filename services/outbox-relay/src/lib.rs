@@ -279,12 +279,13 @@ impl Relay {
         }
         let mut quarantined: Vec<(i64, String)> = Vec::new();
         let mut pending: Vec<(i64, DeliveryFuture)> = Vec::with_capacity(rows.len());
+        let relayed_at_ms = chrono::Utc::now().timestamp_millis();
         for row in &rows {
             if let Some(reason) = unshippable(row) {
                 quarantined.push((row.id, reason));
                 continue;
             }
-            let record = envelope(row).encode_to_vec();
+            let record = envelope(row, relayed_at_ms).encode_to_vec();
             if record.len() > max_bytes {
                 quarantined.push((
                     row.id,
@@ -381,7 +382,7 @@ fn kafka_key(row: &OutboxRow) -> String {
     }
 }
 
-fn envelope(row: &OutboxRow) -> EventEnvelope {
+fn envelope(row: &OutboxRow, relayed_at_ms: i64) -> EventEnvelope {
     let headers = match &row.headers {
         serde_json::Value::Object(map) => map
             .iter()
@@ -405,6 +406,7 @@ fn envelope(row: &OutboxRow) -> EventEnvelope {
         created_at_ms: row.created_at.timestamp_millis(),
         outbox_id: row.id,
         subscription_version: row.subscription_version,
+        relayed_at_ms,
     }
 }
 
