@@ -7,10 +7,15 @@
 //!   the handler finished it and every record before it in its partition is finished too
 //!   (invariant 1).
 //! - The handler turns a record into work and says when it may start: now, or at a time (a
-//!   retry tier's hop). Work runs in its own task under a permit from a fixed pool; a record
-//!   that must wait (for its time, or for a permit) is held at the head of its partition,
-//!   which is paused meanwhile. The consumer is polled all the time, also while every
-//!   partition is paused (`max.poll.interval.ms`, and rebalances are served only by polls).
+//!   retry tier's hop). Work runs in its own task under a permit from a fixed pool. A record
+//!   that must wait for its time is held at the head of its partition, which is paused
+//!   meanwhile. A record that is due but finds no free permit joins the ready queue (first in,
+//!   first out, across partitions); only when that queue holds `max_in_flight` records are
+//!   the partitions that feed it paused, and they are resumed once it is half empty. Pausing
+//!   per record would cost a fetch per record: librdkafka drops a paused partition's
+//!   prefetched records and fetches them again on resume. The consumer is polled all the time,
+//!   also while every partition is paused (`max.poll.interval.ms`, and rebalances are served
+//!   only by polls).
 //! - A partition revoked in a rebalance is forgotten at once: what waited in it is dropped,
 //!   and completions of work still running for it are ignored (the new owner redoes it).
 //! - Nothing dies silently: a handler's fatal error, a panic in a task, or a fatal consumer
@@ -21,7 +26,7 @@
 //!
 //! Lag in messages and seconds is exported for the group (`lag.rs`).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex};
@@ -148,14 +153,18 @@ pub enum ConsumerError {
     Fatal { role: &'static str, reason: String },
 }
 
-/// A record waiting at the head of its (paused) partition.
+/// A record held at the head of its (paused) partition until its time.
 struct Waiting<W> {
     work: W,
     ticket: Ticket,
-    /// Held until this time; `None`: due, waiting for a permit.
-    until_ms: Option<i64>,
-    /// Arrival order, so permits go to the longest waiting first.
-    seq: u64,
+    until_ms: i64,
+}
+
+/// A due record waiting for a permit.
+struct Ready<W> {
+    key: Key,
+    work: W,
+    ticket: Ticket,
 }
 
 type Key = (String, i32);
@@ -163,6 +172,10 @@ type Key = (String, i32);
 struct State<W> {
     tracker: OffsetTracker,
     waiting: HashMap<Key, Waiting<W>>,
+    /// Due records waiting for a permit, oldest first.
+    ready: VecDeque<Ready<W>>,
+    /// Partitions paused because the ready queue was full.
+    paused_full: HashSet<Key>,
     /// Partitions assigned since the loop last looked (to resume: a partition may come back
     /// paused from an earlier assignment).
     assigned: Vec<Key>,
@@ -182,8 +195,11 @@ impl<W: Send + 'static> ConsumerContext for TrackedContext<W> {
         match rebalance {
             Rebalance::Revoke(tpl) => {
                 for el in tpl.elements() {
+                    let key = (el.topic().to_string(), el.partition());
                     state.tracker.revoke(el.topic(), el.partition());
-                    state.waiting.remove(&(el.topic().to_string(), el.partition()));
+                    state.waiting.remove(&key);
+                    state.ready.retain(|r| r.key != key);
+                    state.paused_full.remove(&key);
                 }
                 tracing::info!(role = self.role, partitions = tpl.count(), "partitions revoked");
             }
@@ -192,6 +208,8 @@ impl<W: Send + 'static> ConsumerContext for TrackedContext<W> {
                 tracing::warn!(role = self.role, error = %e, "rebalance error, dropping all partition state");
                 state.tracker.revoke_all();
                 state.waiting.clear();
+                state.ready.clear();
+                state.paused_full.clear();
             }
         }
     }
@@ -228,6 +246,8 @@ pub async fn run<H: Handler>(
     let state = Arc::new(Mutex::new(State::<H::Work> {
         tracker: OffsetTracker::new(),
         waiting: HashMap::new(),
+        ready: VecDeque::new(),
+        paused_full: HashSet::new(),
         assigned: Vec::new(),
     }));
     let consumer: Arc<StreamConsumer<TrackedContext<H::Work>>> = Arc::new(
@@ -246,9 +266,9 @@ pub async fn run<H: Handler>(
         state,
         handler,
         permits: Arc::new(Semaphore::new(settings.max_in_flight.max(1))),
+        ready_cap: settings.max_in_flight.max(1),
         tasks: TaskTracker::new(),
         done: mpsc::unbounded_channel(),
-        seq: 0,
         lag: LagGauges::new(metrics, settings.group_id.clone(), settings.role),
     };
     let result = member.consume(&shutdown).await;
@@ -262,12 +282,13 @@ struct Member<H: Handler> {
     state: Arc<Mutex<State<H::Work>>>,
     handler: Arc<H>,
     permits: Arc<Semaphore>,
+    /// Due records that may wait for a permit before their partitions are paused.
+    ready_cap: usize,
     tasks: TaskTracker,
     done: (
         mpsc::UnboundedSender<Completion>,
         mpsc::UnboundedReceiver<Completion>,
     ),
-    seq: u64,
     lag: LagGauges,
 }
 
@@ -278,11 +299,12 @@ impl<H: Handler> Member<H> {
         let mut measuring: Option<tokio::task::JoinHandle<Result<lag::Measured, KafkaError>>> = None;
         loop {
             self.resume_assigned();
+            self.resume_if_drained();
             let (next_hold, parked) = {
                 let state = lock(&self.state);
                 (
-                    state.waiting.values().filter_map(|w| w.until_ms).min(),
-                    state.waiting.values().any(|w| w.until_ms.is_none()),
+                    state.waiting.values().map(|w| w.until_ms).min(),
+                    !state.ready.is_empty(),
                 )
             };
             let hold_sleep = next_hold.map(|at| Duration::from_millis((at - now_ms()).max(0) as u64));
@@ -349,69 +371,93 @@ impl<H: Handler> Member<H> {
             Start::At { at_ms, work } if at_ms > now_ms() => (work, Some(at_ms)),
             Start::At { work, .. } => (work, None),
         };
-        if until_ms.is_none() {
-            if let Ok(permit) = self.permits.clone().try_acquire_owned() {
-                self.spawn(work, ticket, permit);
-                return;
-            }
-        }
-        // Wait at the head of the partition: nothing behind it is fetched meanwhile.
+        let Some(until_ms) = until_ms else {
+            self.start_or_queue((topic, partition), work, ticket);
+            return;
+        };
+        // Held at the head of the partition: nothing behind it is fetched meanwhile.
         self.set_paused(&topic, partition, true);
-        self.seq += 1;
         lock(&self.state).waiting.insert(
             (topic, partition),
             Waiting {
                 work,
                 ticket,
                 until_ms,
-                seq: self.seq,
             },
         );
     }
 
-    /// Held records whose time has come wait for a permit now (or start, if one is free).
+    /// Starts a due record if a permit is free (and nobody queued before it), else queues
+    /// it; a full queue pauses the record's partition.
+    fn start_or_queue(&mut self, key: Key, work: H::Work, ticket: Ticket) {
+        if lock(&self.state).ready.is_empty() {
+            if let Ok(permit) = self.permits.clone().try_acquire_owned() {
+                self.spawn(work, ticket, permit);
+                return;
+            }
+        }
+        let full = {
+            let mut state = lock(&self.state);
+            state.ready.push_back(Ready {
+                key: key.clone(),
+                work,
+                ticket,
+            });
+            state.ready.len() >= self.ready_cap && state.paused_full.insert(key.clone())
+        };
+        if full {
+            self.set_paused(&key.0, key.1, true);
+        }
+    }
+
+    /// Held records whose time has come start, or join the ready queue; their partitions
+    /// fetch again.
     fn release_held(&mut self) {
         let now = now_ms();
-        let due: Vec<Key> = {
+        let due: Vec<(Key, Waiting<H::Work>)> = {
             let mut state = lock(&self.state);
-            let due: Vec<Key> = state
+            let keys: Vec<Key> = state
                 .waiting
                 .iter()
-                .filter(|(_, w)| w.until_ms.is_some_and(|t| t <= now))
+                .filter(|(_, w)| w.until_ms <= now)
                 .map(|(k, _)| k.clone())
                 .collect();
-            for k in &due {
-                if let Some(w) = state.waiting.get_mut(k) {
-                    w.until_ms = None;
-                }
-            }
-            due
+            keys.into_iter()
+                .filter_map(|k| state.waiting.remove(&k).map(|w| (k, w)))
+                .collect()
         };
-        for _ in due {
-            match self.permits.clone().try_acquire_owned() {
-                Ok(permit) => self.start_parked(permit),
-                Err(_) => break,
+        for (key, held) in due {
+            self.start_or_queue(key.clone(), held.work, held.ticket);
+            if !lock(&self.state).paused_full.contains(&key) {
+                self.set_paused(&key.0, key.1, false);
             }
         }
     }
 
-    /// Starts the record that has waited longest for a permit, and resumes its partition.
+    /// Starts the record that has waited longest for a permit.
     fn start_parked(&mut self, permit: OwnedSemaphorePermit) {
-        let next = {
-            let mut state = lock(&self.state);
-            let key = state
-                .waiting
-                .iter()
-                .filter(|(_, w)| w.until_ms.is_none())
-                .min_by_key(|(_, w)| w.seq)
-                .map(|(k, _)| k.clone());
-            key.and_then(|k| state.waiting.remove(&k).map(|w| (k, w)))
-        };
-        let Some(((topic, partition), waiting)) = next else {
+        let Some(ready) = lock(&self.state).ready.pop_front() else {
             return; // revoked meanwhile: the permit goes back
         };
-        self.set_paused(&topic, partition, false);
-        self.spawn(waiting.work, waiting.ticket, permit);
+        self.spawn(ready.work, ready.ticket, permit);
+    }
+
+    /// Once the ready queue is half empty (however it emptied: started, or revoked), resumes
+    /// the partitions a full queue paused (unless a record is held at their head).
+    fn resume_if_drained(&self) {
+        let resume: Vec<Key> = {
+            let mut state = lock(&self.state);
+            if state.paused_full.is_empty() || state.ready.len() > self.ready_cap / 2 {
+                return;
+            }
+            let keys: Vec<Key> = state.paused_full.drain().collect();
+            keys.into_iter()
+                .filter(|k| !state.waiting.contains_key(k))
+                .collect()
+        };
+        for (topic, partition) in resume {
+            self.set_paused(&topic, partition, false);
+        }
     }
 
     fn spawn(&self, work: H::Work, ticket: Ticket, permit: OwnedSemaphorePermit) {
@@ -479,7 +525,11 @@ impl<H: Handler> Member<H> {
     /// a final commit, and the group is left (off the runtime: these calls block).
     async fn drain(mut self, grace: Duration) {
         self.tasks.close();
-        lock(&self.state).waiting.clear();
+        {
+            let mut state = lock(&self.state);
+            state.waiting.clear();
+            state.ready.clear();
+        }
         let deadline = tokio::time::sleep(grace);
         tokio::pin!(deadline);
         loop {
