@@ -130,14 +130,30 @@ async fn an_unknown_tenant_is_routed_again_and_its_dead_letter_can_be_replayed()
     let mut cfg = common::retrying_config(&env, vec![1_000]);
     cfg.dispatcher.unknown_tenant_retry_ms = 4_000;
     let registry = prometheus::Registry::new();
+    // The endpoint the late tenant will get, made now under a stand-in tenant.
+    let stand_in = env.tenant("stand-in").await.unwrap();
+    let ep = env.endpoint(stand_in, &receiver, &[]).await.unwrap();
     let token = common::start_observed_pipeline(&env, cfg.clone(), registry.clone());
 
-    // A tenant that appears within the bound gets the event.
+    // A tenant that appears within the bound gets the event. It appears with its endpoint in
+    // one transaction, as a restore brings them back: a snapshot that saw the tenant without
+    // its endpoint would rightly route the event to nobody (and did, now and then).
     let late = Uuid::now_v7();
     let caught = produce_event(&env, late).await;
     tokio::time::sleep(Duration::from_millis(1_500)).await;
-    tenant_with_id(&env, late).await;
-    env.endpoint(late, &receiver, &[]).await.unwrap();
+    let mut tx = env.pool.begin().await.unwrap();
+    hookstream_store::sqlx::query("INSERT INTO hookstream.tenants (id, name) VALUES ($1, 'late')")
+        .bind(late)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    hookstream_store::sqlx::query("UPDATE hookstream.endpoints SET tenant_id = $1 WHERE id = $2")
+        .bind(late)
+        .bind(ep)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
     assert!(
         eventually(Duration::from_secs(20), || async {
             receiver.received().iter().any(|r| r.webhook_id == caught)
