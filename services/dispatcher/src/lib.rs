@@ -196,23 +196,30 @@ pub async fn run(
             vec![cfg.kafka.topics.events.clone()],
             cfg.dispatcher.max_in_flight_events,
         );
-        let (kafka, handler) = (
-            cfg.kafka.clone(),
-            Arc::new(events::EventsRole { ctx: ctx.clone() }),
+        let handler = Arc::new(events::EventsRole { ctx: ctx.clone() });
+        spawn_role(
+            &mut sup,
+            "events role",
+            &cfg.kafka,
+            settings,
+            handler,
+            &consumer_metrics,
+            &shutdown,
         );
-        let (m, s) = (consumer_metrics.clone(), shutdown.clone());
-        sup.spawn("events role", async move {
-            hookstream_kafka::consumer::run(&kafka, settings, handler, m, s).await
-        });
     }
     if cfg.dispatcher.runs(Role::Retry) && retrying {
         let tiers = cfg.retry.tiers().into_iter().map(|t| t.topic).collect();
         let settings = consumer(Role::Retry, &cfg.retry.group_id, tiers, cfg.retry.max_waiting);
-        let (kafka, handler) = (cfg.kafka.clone(), Arc::new(retry::RetryRole::new(ctx.clone())));
-        let (m, s) = (consumer_metrics.clone(), shutdown.clone());
-        sup.spawn("retry role", async move {
-            hookstream_kafka::consumer::run(&kafka, settings, handler, m, s).await
-        });
+        let handler = Arc::new(retry::RetryRole::new(ctx.clone()));
+        spawn_role(
+            &mut sup,
+            "retry role",
+            &cfg.kafka,
+            settings,
+            handler,
+            &consumer_metrics,
+            &shutdown,
+        );
     }
     if cfg.dispatcher.runs(Role::DlqSink) && cfg.dlq.sink_enabled {
         let settings = consumer(
@@ -231,10 +238,15 @@ pub async fn run(
             metrics: metrics.clone(),
             shutdown: shutdown.clone(),
         });
-        let (kafka, m, s) = (cfg.kafka.clone(), consumer_metrics.clone(), shutdown.clone());
-        sup.spawn("dlq sink", async move {
-            hookstream_kafka::consumer::run(&kafka, settings, handler, m, s).await
-        });
+        spawn_role(
+            &mut sup,
+            "dlq sink",
+            &cfg.kafka,
+            settings,
+            handler,
+            &consumer_metrics,
+            &shutdown,
+        );
         sup.spawn(
             "dead-letter pruner",
             dlq_sink::prune_loop(pool.clone(), cfg.dlq.clone(), metrics.clone(), shutdown.clone()),
@@ -261,10 +273,15 @@ pub async fn run(
             metrics: metrics.clone(),
             shutdown: shutdown.clone(),
         });
-        let (kafka, m, s) = (cfg.kafka.clone(), consumer_metrics.clone(), shutdown.clone());
-        sup.spawn("attempt sink", async move {
-            hookstream_kafka::consumer::run(&kafka, settings, handler, m, s).await
-        });
+        spawn_role(
+            &mut sup,
+            "attempt sink",
+            &cfg.kafka,
+            settings,
+            handler,
+            &consumer_metrics,
+            &shutdown,
+        );
         sup.spawn(
             "attempt partitions",
             attempt_sink::maintain(
@@ -280,6 +297,22 @@ pub async fn run(
     sup.wait().await?;
     tracing::info!("dispatcher stopped");
     Ok(())
+}
+
+/// Runs a role's tracked consumer under the supervisor (the one way every role is started).
+fn spawn_role<H: hookstream_kafka::Handler>(
+    sup: &mut Supervisor,
+    name: &'static str,
+    kafka: &hookstream_config::KafkaConfig,
+    settings: ConsumerSettings,
+    handler: Arc<H>,
+    metrics: &ConsumerMetrics,
+    shutdown: &CancellationToken,
+) {
+    let (kafka, metrics, shutdown) = (kafka.clone(), metrics.clone(), shutdown.clone());
+    sup.spawn(name, async move {
+        hookstream_kafka::consumer::run(&kafka, settings, handler, metrics, shutdown).await
+    });
 }
 
 /// Drops idle endpoint guards every minute.
