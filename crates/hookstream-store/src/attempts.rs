@@ -337,6 +337,9 @@ pub struct EndpointStats {
     pub top_status_count: Option<i64>,
     pub enabled: Option<bool>,
     pub failing_since: Option<DateTime<Utc>>,
+    /// The circuit breaker across the live dispatchers (`crate::breakers`): `open` if one
+    /// holds it open, `half_open` if one is probing, else `closed`.
+    pub breaker: String,
 }
 
 /// Per endpoint statistics of the attempts since `since` (scoped to `tenant_id` when
@@ -365,19 +368,26 @@ pub async fn endpoint_stats(
          st AS (
              SELECT DISTINCT ON (endpoint_id) endpoint_id, status, count(*) AS n
              FROM w WHERE status IS NOT NULL AND status / 100 <> 2
-             GROUP BY endpoint_id, status ORDER BY endpoint_id, n DESC, status)
+             GROUP BY endpoint_id, status ORDER BY endpoint_id, n DESC, status),
+         b AS (
+             SELECT endpoint_id, CASE WHEN bool_or(state = 'open') THEN 'open' ELSE 'half_open' END AS breaker
+             FROM hookstream.endpoint_breakers
+             WHERE reported_at >= now() - make_interval(secs => $3)
+             GROUP BY endpoint_id)
          SELECT s.endpoint_id, s.tenant_id, s.attempts, s.delivered,
                 s.delivered::float8 / s.attempts AS success_rate,
                 s.p50_ms, s.p95_ms, s.p99_ms,
                 c.error_class AS top_error_class, c.n AS top_error_count,
                 st.status AS top_status, st.n AS top_status_count,
-                e.enabled, e.failing_since
+                e.enabled, e.failing_since, coalesce(b.breaker, 'closed') AS breaker
          FROM s LEFT JOIN c USING (endpoint_id) LEFT JOIN st USING (endpoint_id)
+         LEFT JOIN b USING (endpoint_id)
          LEFT JOIN hookstream.endpoints e ON e.id = s.endpoint_id
          ORDER BY success_rate, s.p99_ms DESC, s.endpoint_id",
     )
     .bind(tenant_id)
     .bind(since)
+    .bind(crate::breakers::FRESH.as_secs_f64())
     .fetch_all(pool)
     .await?)
 }

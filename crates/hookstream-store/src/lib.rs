@@ -8,6 +8,7 @@
 
 pub mod attempts;
 pub mod batch;
+pub mod breakers;
 pub mod dead_letters;
 pub mod endpoints;
 pub mod filter;
