@@ -501,13 +501,7 @@ pub(crate) fn sink_lag_sampler(
                 worst.max_messages = worst
                     .max_messages
                     .max(parts.iter().map(PartitionOffsets::lag).sum());
-                let heads: Vec<(i32, i64)> = parts
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, p)| p.lag() > 0)
-                    .map(|(i, p)| (i as i32, p.next()))
-                    .collect();
-                if let Ok(found) = view.timestamps_at(&kafka, &heads, Duration::from_secs(1)) {
+                if let Ok(found) = view.heads(&kafka, &parts, Duration::from_secs(1)) {
                     let now = unix_ms() as i64;
                     for (_, ts) in found {
                         worst.max_s = worst.max_s.max((now - ts).max(0) as f64 / 1000.0);

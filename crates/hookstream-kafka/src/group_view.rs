@@ -145,6 +145,24 @@ impl GroupView {
         })
     }
 
+    /// The timestamps (ms since the epoch) of the next record of every partition of
+    /// `offsets` (indexed by partition) that lags: the oldest record the group has not
+    /// finished there.
+    pub fn heads(
+        &self,
+        kafka: &KafkaConfig,
+        offsets: &[PartitionOffsets],
+        timeout: Duration,
+    ) -> Result<Vec<(i32, i64)>, KafkaError> {
+        let positions: Vec<(i32, i64)> = offsets
+            .iter()
+            .enumerate()
+            .filter(|(_, o)| o.lag() > 0)
+            .map(|(p, o)| (p as i32, o.next()))
+            .collect();
+        self.timestamps_at(kafka, &positions, timeout)
+    }
+
     /// The timestamps (ms since the epoch) of the records at the given `(partition, offset)`
     /// positions: the next ones the group would read. A position that cannot be read within
     /// `timeout` (past the end, or deleted by retention) is left out. Reads through a client

@@ -210,14 +210,8 @@ fn read_group(kafka: &KafkaConfig, group: &str, topic: &str) -> anyhow::Result<L
     let offsets: Vec<PartitionOffsets> = view
         .offsets()
         .with_context(|| format!("the broker did not give the offsets of group {group} on {topic}"))?;
-    let positions: Vec<(i32, i64)> = offsets
-        .iter()
-        .enumerate()
-        .filter(|(_, o)| o.lag() > 0)
-        .map(|(p, o)| (p as i32, o.next()))
-        .collect();
     let heads = view
-        .timestamps_at(kafka, &positions, PEEK_TIMEOUT)
+        .heads(kafka, &offsets, PEEK_TIMEOUT)
         .with_context(|| format!("reading the next records of {topic}"))?;
     Ok(Lagging {
         view_partitions: view.partitions(),

@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use hookstream_kafka::rdkafka::producer::{FutureProducer, FutureRecord};
 use hookstream_store::outbox::NewEvent;
-use hookstream_testkit::process::service_env;
 use hookstream_testkit::{eventually, Behaviour, Receiver, TestEnv};
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
@@ -15,54 +14,27 @@ use tokio_util::sync::CancellationToken;
 /// One retry tier of one second.
 const SCHEDULE: &str = "[1000]";
 
-struct Run {
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
-}
+mod common;
+use common::Run;
 
-impl Run {
-    fn json(&self) -> Value {
-        serde_json::from_str(&self.stdout)
-            .unwrap_or_else(|e| panic!("not JSON ({e}): {}\nstderr: {}", self.stdout, self.stderr))
-    }
-
-    fn problems(&self) -> Vec<String> {
-        self.json()["problems"]
-            .as_array()
-            .expect("problems")
-            .iter()
-            .map(|p| p.as_str().unwrap().to_string())
-            .collect()
-    }
+fn problems_of(run: &Run) -> Vec<String> {
+    run.json()["problems"]
+        .as_array()
+        .expect("problems")
+        .iter()
+        .map(|p| p.as_str().unwrap().to_string())
+        .collect()
 }
 
 async fn health(env: &TestEnv, brokers: &str, vars: &[(&str, &str)]) -> Run {
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_hookstream"))
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .envs(service_env(env))
-        .env("HOOKSTREAM_RETRY__SCHEDULE_MS", SCHEDULE)
+    let mut c = common::against(env, brokers);
+    c.env("HOOKSTREAM_RETRY__SCHEDULE_MS", SCHEDULE)
         .envs(
             vars.iter()
                 .map(|(k, v)| (format!("HOOKSTREAM_HEALTH__{k}"), v.to_string())),
         )
-        .args([
-            "--database-url",
-            &env.database.url,
-            "--brokers",
-            brokers,
-            "health",
-            "--json",
-        ])
-        .output()
-        .await
-        .expect("run hookstream");
-    Run {
-        code: out.status.code(),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+        .args(["health", "--json"]);
+    common::run(c).await
 }
 
 fn group<'a>(report: &'a Value, role: &str) -> &'a Value {
@@ -140,12 +112,11 @@ async fn health_follows_the_pipeline_and_fails_past_a_threshold() {
     assert_eq!(backlog.code, Some(1), "{}", backlog.stdout);
     assert_eq!(backlog.json()["outbox"]["backlog"], 3);
     assert!(
-        backlog
-            .problems()
+        problems_of(&backlog)
             .iter()
             .any(|p| p.starts_with("outbox backlog: 3 rows")),
         "{:?}",
-        backlog.problems()
+        problems_of(&backlog)
     );
 
     // A relay and no dispatcher: the events group lags 3 messages, older and older.
@@ -191,7 +162,7 @@ async fn health_follows_the_pipeline_and_fails_past_a_threshold() {
     assert_eq!(t0["waiting"], 1);
     assert!(t0["overdue_s"].as_f64().unwrap() >= 1.0, "{t0}");
     assert!(t0["next_due_at"].is_string(), "{t0}");
-    let problems = behind.problems();
+    let problems = problems_of(&behind);
     assert!(
         problems
             .iter()
@@ -231,24 +202,20 @@ async fn health_follows_the_pipeline_and_fails_past_a_threshold() {
     assert!(settled, "{}", last.stdout);
     assert_eq!(last.code, Some(1));
     assert!(
-        last.problems()
+        problems_of(&last)
             .iter()
             .any(|p| p.starts_with("open breakers: 1, past the threshold of 0")),
         "{:?}",
-        last.problems()
+        problems_of(&last)
     );
 
     // `endpoint stats` shows the published breaker beside the stored attempts.
     let stats = std::sync::Mutex::new(Value::Null);
     let shown = eventually(Duration::from_secs(20), || async {
-        let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_hookstream"))
-            .env_clear()
-            .envs(service_env(&env))
-            .args(["--database-url", &env.database.url, "endpoint", "stats", "--json"])
-            .output()
-            .await
-            .unwrap();
-        let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+        let mut c = common::against(&env, &brokers);
+        c.args(["endpoint", "stats", "--json"]);
+        let out = common::run(c).await;
+        let v: Value = serde_json::from_str(&out.stdout).unwrap_or(Value::Null);
         let done = v[0]["attempts"].as_i64().unwrap_or(0) >= 2;
         *stats.lock().unwrap() = v;
         done
@@ -268,7 +235,7 @@ async fn health_follows_the_pipeline_and_fails_past_a_threshold() {
     // A Kafka nobody answers at is a failure naming what could not be read.
     let unreachable = health(&env, "127.0.0.1:1", &[]).await;
     assert_eq!(unreachable.code, Some(1), "{}", unreachable.stdout);
-    let problems = unreachable.problems();
+    let problems = problems_of(&unreachable);
     assert!(
         problems
             .iter()
