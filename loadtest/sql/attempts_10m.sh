@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The delivery log's query cost at scale: fills a fresh database's hookstream.attempts with
 # ATTEMPTS rows (10 million by default) spread over the last DAYS days (1) for ENDPOINTS
-# endpoints (1,000), then times `hookstream endpoint stats` over 1 hour and over 24 hours
-# and `hookstream attempts list --endpoint` (the CLI's own queries), and prints the plans.
+# endpoints (1,000), builds their per minute and per hour statistics (what the attempt sink
+# keeps as it writes), then times `hookstream endpoint stats` over 1 hour and over 24 hours
+# and `hookstream attempts list --endpoint` (the CLI's own queries).
 # Usage: bash loadtest/sql/attempts_10m.sh   (the local stack must run: make infra)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -40,7 +41,9 @@ SELECT now() - (random() * interval '$DAYS days'),
        CASE WHEN r < 0.02 THEN 'http_5xx' WHEN r < 0.03 THEN 'timeout' ELSE 'none' END,
        CASE WHEN r < 0.03 THEN 'retry' ELSE 'delivered' END
 FROM (SELECT i, random() AS r FROM generate_series(1, $ATTEMPTS) AS i) AS g;
+SELECT hookstream.rebuild_attempt_stats() AS statistics_rows;
 VACUUM ANALYZE hookstream.attempts;
+VACUUM ANALYZE hookstream.attempt_stats;
 SQL
 echo "filled in $(( $(date +%s) - start )) s; $(psql -qAt "$URL" -c "SELECT pg_size_pretty(sum(pg_total_relation_size(inhrelid))) FROM pg_inherits WHERE inhparent = 'hookstream.attempts'::regclass") on disk"
 timed() {

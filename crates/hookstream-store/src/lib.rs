@@ -6,6 +6,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod attempt_stats;
 pub mod attempts;
 pub mod batch;
 pub mod breakers;
