@@ -51,6 +51,7 @@
 #![forbid(unsafe_code)]
 
 pub mod config;
+pub mod demo;
 pub mod maintenance;
 pub mod metrics;
 pub mod receive;
@@ -92,29 +93,35 @@ pub async fn migrate(pool: &PgPool) -> Result<(), InboxError> {
     let mut conn = pool.acquire().await?;
     let lock = "SELECT pg_advisory_lock(hashtext('hookstream_inbox.migrate'))";
     sqlx::query(lock).execute(&mut *conn).await?;
-    let result: Result<(), InboxError> = async {
-        sqlx::query("SET statement_timeout = 0").execute(&mut *conn).await?;
-        sqlx::query("CREATE SCHEMA IF NOT EXISTS hookstream_inbox")
-            .execute(&mut *conn)
-            .await?;
-        sqlx::query("SET search_path TO hookstream_inbox")
-            .execute(&mut *conn)
-            .await?;
-        MIGRATOR.run_direct(&mut *conn).await?;
-        Ok(())
+    let result = migrate_on(&mut conn).await;
+    let mut reset = Ok(());
+    for sql in [
+        "RESET search_path",
+        "RESET statement_timeout",
+        "SELECT pg_advisory_unlock(hashtext('hookstream_inbox.migrate'))",
+    ] {
+        if let Err(e) = sqlx::query(sql).execute(&mut *conn).await {
+            reset = Err(e);
+            break;
+        }
     }
-    .await;
-    let reset = sqlx::raw_sql(
-        "RESET search_path; RESET statement_timeout; \
-         SELECT pg_advisory_unlock(hashtext('hookstream_inbox.migrate'))",
-    )
-    .execute(&mut *conn)
-    .await;
     if reset.is_err() {
         // Never hand a connection with another search path back to the pool.
         conn.detach();
     }
     result
+}
+
+async fn migrate_on(conn: &mut sqlx::PgConnection) -> Result<(), InboxError> {
+    sqlx::query("SET statement_timeout = 0").execute(&mut *conn).await?;
+    sqlx::query("CREATE SCHEMA IF NOT EXISTS hookstream_inbox")
+        .execute(&mut *conn)
+        .await?;
+    sqlx::query("SET search_path TO hookstream_inbox")
+        .execute(&mut *conn)
+        .await?;
+    MIGRATOR.run_direct(conn).await?;
+    Ok(())
 }
 
 /// Starts one inbox route under `supervisor`: its batch writers, `cfg.workers` workers

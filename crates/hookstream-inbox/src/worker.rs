@@ -81,6 +81,17 @@ pub trait Handler: Send + Sync + 'static {
     ) -> impl Future<Output = Result<Outcome, HandlerError>> + Send;
 }
 
+/// A shared handler (the application keeps a handle to it).
+impl<H: Handler> Handler for Arc<H> {
+    fn handle(
+        &self,
+        conn: &mut PgConnection,
+        message: &Message,
+    ) -> impl Future<Output = Result<Outcome, HandlerError>> + Send {
+        self.as_ref().handle(conn, message)
+    }
+}
+
 /// What a batch did, for metrics and logs after it committed.
 struct Decided {
     message_id: String,
