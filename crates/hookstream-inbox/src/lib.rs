@@ -113,7 +113,9 @@ pub async fn migrate(pool: &PgPool) -> Result<(), InboxError> {
 }
 
 async fn migrate_on(conn: &mut sqlx::PgConnection) -> Result<(), InboxError> {
-    sqlx::query("SET statement_timeout = 0").execute(&mut *conn).await?;
+    sqlx::query("SET statement_timeout = 0")
+        .execute(&mut *conn)
+        .await?;
     sqlx::query("CREATE SCHEMA IF NOT EXISTS hookstream_inbox")
         .execute(&mut *conn)
         .await?;
@@ -139,7 +141,8 @@ pub fn start<H: Handler>(
     let wake = Arc::new(Notify::new());
     let cfg = Arc::new(cfg);
     let (receiver, writers) = Receiver::new(pool.clone(), &cfg, metrics, wake.clone());
-    let name = |what: &str| -> &'static str { Box::leak(format!("inbox {what} ({})", cfg.source).into_boxed_str()) };
+    let name =
+        |what: &str| -> &'static str { Box::leak(format!("inbox {what} ({})", cfg.source).into_boxed_str()) };
     for writer in writers {
         supervisor.spawn(name("writer"), async move {
             writer.await;
@@ -166,7 +169,11 @@ pub fn start<H: Handler>(
 }
 
 /// Quarantined rows (of one source, or all), oldest quarantine first.
-pub async fn list_quarantined(pool: &PgPool, source: Option<&str>, limit: i64) -> Result<Vec<Quarantined>, InboxError> {
+pub async fn list_quarantined(
+    pool: &PgPool,
+    source: Option<&str>,
+    limit: i64,
+) -> Result<Vec<Quarantined>, InboxError> {
     Ok(store::list_quarantined(pool, source, limit).await?)
 }
 

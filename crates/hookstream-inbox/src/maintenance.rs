@@ -17,7 +17,11 @@ use crate::store;
 const PRUNE_BATCH: i64 = 5_000;
 
 /// Refreshes the gauges of `cfg.source` once.
-pub async fn refresh_gauges(pool: &PgPool, cfg: &InboxConfig, metrics: &InboxMetrics) -> Result<store::Stats, sqlx::Error> {
+pub async fn refresh_gauges(
+    pool: &PgPool,
+    cfg: &InboxConfig,
+    metrics: &InboxMetrics,
+) -> Result<store::Stats, sqlx::Error> {
     let s = store::stats(pool, &cfg.source).await?;
     let l = [cfg.source.as_str()];
     metrics.pending.with_label_values(&l).set(s.pending);
@@ -31,7 +35,11 @@ pub async fn refresh_gauges(pool: &PgPool, cfg: &InboxConfig, metrics: &InboxMet
 }
 
 /// Deletes every processed row of `cfg.source` past retention; returns how many.
-pub async fn prune_once(pool: &PgPool, cfg: &InboxConfig, metrics: &InboxMetrics) -> Result<u64, sqlx::Error> {
+pub async fn prune_once(
+    pool: &PgPool,
+    cfg: &InboxConfig,
+    metrics: &InboxMetrics,
+) -> Result<u64, sqlx::Error> {
     if cfg.retention_hours == 0 {
         return Ok(0);
     }

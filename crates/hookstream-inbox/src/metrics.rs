@@ -4,14 +4,13 @@
 //! inbox of the process.
 
 use prometheus::{
-    exponential_buckets, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts,
-    Registry,
+    exponential_buckets, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry,
 };
 
 /// Fine enough to quote an acknowledgement p99 against a 5 ms objective.
 const ACK_BUCKETS: &[f64] = &[
-    0.0005, 0.001, 0.0015, 0.002, 0.003, 0.004, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.1,
-    0.25, 0.5, 1.0, 2.5, 5.0,
+    0.0005, 0.001, 0.0015, 0.002, 0.003, 0.004, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.1, 0.25, 0.5,
+    1.0, 2.5, 5.0,
 ];
 
 /// Every inbox metric, for all sources.

@@ -244,25 +244,20 @@ impl Receiver {
 /// payload's top-level `type`), its ordering key (the pointer's value; a string as is, other
 /// scalars as JSON text, absent or null: none).
 fn to_row(webhook: VerifiedWebhook, ordering_key: Option<&str>) -> Result<NewMessage, StoreRejection> {
-    let text = String::from_utf8(webhook.body.to_vec())
-        .map_err(|_| StoreRejection::NotJson("not UTF-8".into()))?;
+    let text =
+        String::from_utf8(webhook.body.to_vec()).map_err(|_| StoreRejection::NotJson("not UTF-8".into()))?;
     let needs_value = ordering_key.is_some() || webhook.event_type.is_none();
     let (event_type, key) = if needs_value {
         let value: serde_json::Value =
             serde_json::from_str(&text).map_err(|e| StoreRejection::NotJson(e.to_string()))?;
-        let event_type = webhook.event_type.or_else(|| {
-            value
-                .get("type")
-                .and_then(|t| t.as_str())
-                .map(str::to_string)
+        let event_type = webhook
+            .event_type
+            .or_else(|| value.get("type").and_then(|t| t.as_str()).map(str::to_string));
+        let key = ordering_key.and_then(|p| value.pointer(p)).and_then(|v| match v {
+            serde_json::Value::Null => None,
+            serde_json::Value::String(s) => Some(s.clone()),
+            other => Some(other.to_string()),
         });
-        let key = ordering_key
-            .and_then(|p| value.pointer(p))
-            .and_then(|v| match v {
-                serde_json::Value::Null => None,
-                serde_json::Value::String(s) => Some(s.clone()),
-                other => Some(other.to_string()),
-            });
         (event_type, key)
     } else {
         serde_json::from_str::<serde::de::IgnoredAny>(&text)

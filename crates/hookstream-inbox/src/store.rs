@@ -21,7 +21,11 @@ pub struct NewMessage {
 /// Stores `rows` of `source`, skipping those already there (`ON CONFLICT DO NOTHING`), in one
 /// statement. Returns, per row, whether it was new: false for a duplicate of a stored row and
 /// for the second of two equal ids in the same batch.
-pub async fn insert_batch(pool: &PgPool, source: &str, rows: &[NewMessage]) -> Result<Vec<bool>, sqlx::Error> {
+pub async fn insert_batch(
+    pool: &PgPool,
+    source: &str,
+    rows: &[NewMessage],
+) -> Result<Vec<bool>, sqlx::Error> {
     let ids: Vec<&str> = rows.iter().map(|r| r.message_id.as_str()).collect();
     let types: Vec<Option<&str>> = rows.iter().map(|r| r.event_type.as_deref()).collect();
     let keys: Vec<Option<&str>> = rows.iter().map(|r| r.ordering_key.as_deref()).collect();
@@ -146,7 +150,10 @@ pub enum Mark {
         deferred: bool,
     },
     /// Given up; `deferred` as above (the last deferral or failure is counted too).
-    Quarantine { reason: String, deferred: bool },
+    Quarantine {
+        reason: String,
+        deferred: bool,
+    },
 }
 
 /// Writes every row's mark in one statement (on the batch's transaction).

@@ -137,7 +137,11 @@ fn header_str<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
 
 impl Verifier {
     /// Reads the body (at most `max_body_bytes`) and verifies the signature against `now`.
-    pub async fn verify_request(&self, request: Request, now_unix: i64) -> Result<VerifiedWebhook, Rejection> {
+    pub async fn verify_request(
+        &self,
+        request: Request,
+        now_unix: i64,
+    ) -> Result<VerifiedWebhook, Rejection> {
         let (parts, body) = request.into_parts();
         let body = read_limited(&parts.headers, body, self.max_body_bytes).await?;
         self.verify_parts(&parts.headers, body, now_unix)
@@ -175,7 +179,10 @@ impl Verifier {
         }
         outcome?;
         // `verify` parsed it already.
-        let timestamp = ts.trim().parse().map_err(|_| Rejection::BadHeader(HEADER_TIMESTAMP))?;
+        let timestamp = ts
+            .trim()
+            .parse()
+            .map_err(|_| Rejection::BadHeader(HEADER_TIMESTAMP))?;
         Ok(VerifiedWebhook {
             id: id.to_string(),
             timestamp,
@@ -213,9 +220,7 @@ where
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
         let verifier = Verifier::from_ref(state);
-        verifier
-            .verify_request(req, chrono::Utc::now().timestamp())
-            .await
+        verifier.verify_request(req, chrono::Utc::now().timestamp()).await
     }
 }
 
@@ -298,7 +303,9 @@ mod tests {
     async fn bodies_over_the_limit_are_413_declared_or_not() {
         let mut h = HeaderMap::new();
         h.insert(header::CONTENT_LENGTH, "65".parse().unwrap());
-        let e = read_limited(&h, Body::from(vec![b'x'; 65]), 64).await.unwrap_err();
+        let e = read_limited(&h, Body::from(vec![b'x'; 65]), 64)
+            .await
+            .unwrap_err();
         assert_eq!(e.status(), StatusCode::PAYLOAD_TOO_LARGE);
         // No content-length (chunked): counted as it arrives.
         let chunks = futures::stream::iter(vec![

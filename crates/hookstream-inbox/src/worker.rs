@@ -236,7 +236,7 @@ async fn run_batch<H: Handler>(
             invalid: false,
         });
     }
-    Ok(commit(tx, marks, decided).await?)
+    commit(tx, marks, decided).await
 }
 
 async fn commit(
@@ -461,10 +461,7 @@ mod tests {
         let zero = chrono::Duration::zero();
         assert!(matches!(
             fail_mark(&cfg, &message(0, 1, zero), "boom".into()),
-            Mark::Retry {
-                deferred: false,
-                ..
-            }
+            Mark::Retry { deferred: false, .. }
         ));
         match fail_mark(&cfg, &message(0, 2, zero), "boom".into()) {
             Mark::Quarantine { reason, deferred } => {

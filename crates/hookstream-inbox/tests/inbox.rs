@@ -44,8 +44,14 @@ async fn each_request_is_answered_for_what_it_is_and_stored_at_most_once() {
 
     // Stored, then a duplicate: both 2xx, one row.
     let body = br#"{"type":"order.paid","order_id":1}"#;
-    assert_eq!(post_signed(&client, url, &secret, "msg_1", body).await.status(), 204);
-    assert_eq!(post_signed(&client, url, &secret, "msg_1", body).await.status(), 204);
+    assert_eq!(
+        post_signed(&client, url, &secret, "msg_1", body).await.status(),
+        204
+    );
+    assert_eq!(
+        post_signed(&client, url, &secret, "msg_1", body).await.status(),
+        204
+    );
     assert_eq!(rows("msg_1").await, 1);
     let (payload, event_type): (String, Option<String>) = sqlx::query_as(
         "SELECT payload::text, event_type FROM hookstream_inbox.inbox WHERE message_id = 'msg_1'",
@@ -58,7 +64,10 @@ async fn each_request_is_answered_for_what_it_is_and_stored_at_most_once() {
 
     // JSON that jsonb would refuse (a NUL escape) is kept as sent.
     let nul = br#"{"s":"a\u0000b"}"#;
-    assert_eq!(post_signed(&client, url, &secret, "msg_nul", nul).await.status(), 204);
+    assert_eq!(
+        post_signed(&client, url, &secret, "msg_nul", nul).await.status(),
+        204
+    );
     assert_eq!(rows("msg_nul").await, 1);
 
     // Another secret: 401, nothing stored.
@@ -100,24 +109,42 @@ async fn each_request_is_answered_for_what_it_is_and_stored_at_most_once() {
     assert_eq!(served.metric("hookstream_inbox_received_total", &[src]), 2.0);
     assert_eq!(served.metric("hookstream_inbox_duplicates_total", &[src]), 1.0);
     assert_eq!(
-        served.metric("hookstream_inbox_verification_failures_total", &[src, ("reason", "signature")]),
+        served.metric(
+            "hookstream_inbox_verification_failures_total",
+            &[src, ("reason", "signature")]
+        ),
         1.0
     );
     assert_eq!(
-        served.metric("hookstream_inbox_verification_failures_total", &[src, ("reason", "timestamp")]),
+        served.metric(
+            "hookstream_inbox_verification_failures_total",
+            &[src, ("reason", "timestamp")]
+        ),
         1.0
     );
     assert_eq!(
-        served.metric("hookstream_inbox_verification_failures_total", &[src, ("reason", "header")]),
+        served.metric(
+            "hookstream_inbox_verification_failures_total",
+            &[src, ("reason", "header")]
+        ),
         1.0
     );
-    assert_eq!(served.metric("hookstream_inbox_rejected_total", &[src, ("reason", "not_json")]), 1.0);
-    assert_eq!(served.metric("hookstream_inbox_rejected_total", &[src, ("reason", "too_large")]), 1.0);
+    assert_eq!(
+        served.metric("hookstream_inbox_rejected_total", &[src, ("reason", "not_json")]),
+        1.0
+    );
+    assert_eq!(
+        served.metric("hookstream_inbox_rejected_total", &[src, ("reason", "too_large")]),
+        1.0
+    );
     assert_eq!(served.metric("hookstream_inbox_ack_seconds_count", &[src]), 3.0);
 
     // Both stored rows get processed.
     assert!(
-        eventually(Duration::from_secs(10), || async { statuses(&env.pool, "answers").await == (0, 2, 0) }).await,
+        eventually(Duration::from_secs(10), || async {
+            statuses(&env.pool, "answers").await == (0, 2, 0)
+        })
+        .await,
         "{:?}",
         statuses(&env.pool, "answers").await
     );
@@ -175,7 +202,12 @@ async fn outcomes_commit_with_their_mark_and_bounded_ones_end_in_quarantine_unti
     let client = reqwest::Client::new();
     for what in ["ok", "defer", "fail", "panic", "flaky", "gate"] {
         let body = serde_json::to_vec(&serde_json::json!({ "do": what })).unwrap();
-        assert_eq!(post_signed(&client, &served.url, &secret, what, &body).await.status(), 204);
+        assert_eq!(
+            post_signed(&client, &served.url, &secret, what, &body)
+                .await
+                .status(),
+            204
+        );
     }
     let pool = &env.pool;
     let state = |id: &'static str| async move {
@@ -250,7 +282,10 @@ async fn outcomes_commit_with_their_mark_and_bounded_ones_end_in_quarantine_unti
         .unwrap();
     assert_eq!(replayed, vec![gate]);
     assert!(
-        eventually(Duration::from_secs(10), || async { state("gate").await.0 == "processed" }).await
+        eventually(Duration::from_secs(10), || async {
+            state("gate").await.0 == "processed"
+        })
+        .await
     );
     let (_, deferrals, _, _) = state("gate").await;
     assert_eq!(deferrals, 0, "a replay starts the bounds afresh");
@@ -284,7 +319,11 @@ impl Handler for Recorder {
             *n += 1;
         }
         tokio::time::sleep(Duration::from_millis(2)).await;
-        self.active.lock().unwrap().entry(key.clone()).and_modify(|n| *n -= 1);
+        self.active
+            .lock()
+            .unwrap()
+            .entry(key.clone())
+            .and_modify(|n| *n -= 1);
         if key == "b" && seq == 0 {
             let mut d = self.b_deferred.lock().unwrap();
             if *d < 2 {
@@ -339,8 +378,15 @@ async fn an_ordering_key_processes_its_rows_one_at_a_time_in_arrival_order() {
         let seqs: Vec<i64> = order.iter().filter(|(k, _)| k == key).map(|(_, s)| *s).collect();
         assert_eq!(seqs, (0..per_key).collect::<Vec<_>>(), "key {key} out of order");
     }
-    assert!(!recorder.overlap.load(Ordering::SeqCst), "two rows of one key ran at once");
-    assert_eq!(*recorder.b_deferred.lock().unwrap(), 2, "b's head was deferred and held b back");
+    assert!(
+        !recorder.overlap.load(Ordering::SeqCst),
+        "two rows of one key ran at once"
+    );
+    assert_eq!(
+        *recorder.b_deferred.lock().unwrap(),
+        2,
+        "b's head was deferred and held b back"
+    );
     served.stop().await.expect("clean shutdown");
 }
 
@@ -358,7 +404,12 @@ async fn processed_rows_are_pruned_after_the_retention_window_and_nothing_else()
         let r = post_signed(&client, &served.url, &secret, &format!("r{i}"), b"{}").await;
         assert_eq!(r.status(), 204);
     }
-    assert!(eventually(Duration::from_secs(10), || async { statuses(&env.pool, "retention").await.1 == 6 }).await);
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            statuses(&env.pool, "retention").await.1 == 6
+        })
+        .await
+    );
     served.stop().await.unwrap();
     // Two processed long ago, one quarantined long ago; the rest recent.
     sqlx::raw_sql(
@@ -396,7 +447,8 @@ async fn the_inbox_migrates_beside_hookstreams_own_schema_and_the_sql_file_appli
         .await
         .expect("Hookstream's migrator does not see the inbox's history");
     // What receivers in other languages do: the file as it is, in one transaction.
-    let sql = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/migrations/0001_inbox.sql")).unwrap();
+    let sql =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/migrations/0001_inbox.sql")).unwrap();
     let mut tx = env.pool.begin().await.unwrap();
     sqlx::raw_sql(&sql).execute(&mut *tx).await.unwrap();
     tx.commit().await.unwrap();
@@ -407,7 +459,10 @@ async fn the_inbox_migrates_beside_hookstreams_own_schema_and_the_sql_file_appli
     assert_eq!(inbox_history, 1);
     // Connections of the pool still see the default search path.
     for _ in 0..12 {
-        let path: String = sqlx::query_scalar("SHOW search_path").fetch_one(&env.pool).await.unwrap();
+        let path: String = sqlx::query_scalar("SHOW search_path")
+            .fetch_one(&env.pool)
+            .await
+            .unwrap();
         assert!(!path.contains("hookstream_inbox"), "{path}");
     }
     // Concurrent migrations (several replicas starting) wait for each other.

@@ -21,8 +21,12 @@ async fn main() -> ExitCode {
     let cfg: hookstream_inbox::demo::Config =
         hookstream_config::load_or_exit("hookstream-inbox-demo", args.config.as_deref());
     let telemetry = cfg.telemetry.clone();
-    hookstream_telemetry::run_service("hookstream-inbox-demo", &telemetry, |registry, health, shutdown| async move {
-        hookstream_inbox::demo::run(cfg, &registry, health, shutdown).await
-    })
+    hookstream_telemetry::run_service(
+        "hookstream-inbox-demo",
+        &telemetry,
+        |registry, health, shutdown| async move {
+            hookstream_inbox::demo::run(cfg, &registry, health, shutdown).await
+        },
+    )
     .await
 }

@@ -99,17 +99,18 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 for s in stats {
                     println!(
                         "{:<24} {:>10} {:>10} {:>12} {:>12} {:>12.1}",
-                        s.source, s.pending, s.deferred, s.quarantined, s.processed, s.oldest_pending_age_seconds
+                        s.source,
+                        s.pending,
+                        s.deferred,
+                        s.quarantined,
+                        s.processed,
+                        s.oldest_pending_age_seconds
                     );
                 }
             }
         }
         Command::Quarantine {
-            command: QuarantineCommand::List {
-                source,
-                limit,
-                json,
-            },
+            command: QuarantineCommand::List { source, limit, json },
         } => {
             let rows = hookstream_inbox::list_quarantined(&pool, source.as_deref(), limit).await?;
             if json {

@@ -243,7 +243,12 @@ pub fn start_pipeline(env: &TestEnv, cfg: dispatcher::Config) -> CancellationTok
 }
 
 /// Creates an endpoint of `tenant` delivering to `url` and returns its id and secret.
-pub async fn endpoint(env: &TestEnv, tenant: uuid::Uuid, url: &str, event_types: &[&str]) -> (uuid::Uuid, Secret) {
+pub async fn endpoint(
+    env: &TestEnv,
+    tenant: uuid::Uuid,
+    url: &str,
+    event_types: &[&str],
+) -> (uuid::Uuid, Secret) {
     let (ep, secret) = hookstream_store::endpoints::create(
         &env.pool,
         &env.sealer(),
