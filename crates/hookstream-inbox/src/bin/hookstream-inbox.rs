@@ -27,6 +27,14 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Deletes processed messages older than the retention (what a Rust receiver's
+    /// maintenance does by itself; for receivers in other languages, from cron).
+    Prune {
+        #[arg(long)]
+        source: String,
+        #[arg(long, default_value_t = 168)]
+        retention_hours: u64,
+    },
     /// Quarantined messages.
     Quarantine {
         #[command(subcommand)]
@@ -108,6 +116,20 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                     );
                 }
             }
+        }
+        Command::Prune {
+            source,
+            retention_hours,
+        } => {
+            anyhow::ensure!(retention_hours > 0, "--retention-hours must be at least 1");
+            let cfg = hookstream_inbox::InboxConfig {
+                source: source.clone(),
+                retention_hours,
+                ..Default::default()
+            };
+            let metrics = hookstream_inbox::InboxMetrics::unregistered();
+            let n = hookstream_inbox::maintenance::prune_once(&pool, &cfg, &metrics).await?;
+            println!("pruned {n} processed message(s) of {source} older than {retention_hours} h");
         }
         Command::Quarantine {
             command: QuarantineCommand::List { source, limit, json },
