@@ -33,14 +33,14 @@ async function shop(client, m) {
   const order = Number.isInteger(raw) ? raw : null;
   if (m.eventType === "order.paid" && order !== null) {
     await client.query(
-      `INSERT INTO shop_orders (id, status, paid_at) VALUES ($1, 'paid', now())
-       ON CONFLICT (id) DO UPDATE SET paid_at = now()`,
+      `INSERT INTO shop_orders (id, status, paid_at) VALUES ($1, 'paid', clock_timestamp())
+       ON CONFLICT (id) DO UPDATE SET paid_at = clock_timestamp()`,
       [order],
     );
   } else if (m.eventType === "order.shipped" && order !== null) {
     const { rows } = await client.query("SELECT status FROM shop_orders WHERE id = $1 FOR UPDATE", [order]);
     if (rows.length === 0) return inbox.defer(`order ${order} not paid yet`);
-    await client.query("UPDATE shop_orders SET status = 'shipped', shipped_at = now() WHERE id = $1", [order]);
+    await client.query("UPDATE shop_orders SET status = 'shipped', shipped_at = clock_timestamp() WHERE id = $1", [order]);
   } else if (m.eventType === "order.paid" || m.eventType === "order.shipped") {
     return inbox.fail(`${m.eventType} without a numeric order_id`);
   }

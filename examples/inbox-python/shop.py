@@ -45,15 +45,15 @@ def shop(conn, m: inbox.Message):
         order = None
     if m.event_type == "order.paid" and order is not None:
         conn.execute(
-            "INSERT INTO shop_orders (id, status, paid_at) VALUES (%s, 'paid', now())"
-            " ON CONFLICT (id) DO UPDATE SET paid_at = now()",
+            "INSERT INTO shop_orders (id, status, paid_at) VALUES (%s, 'paid', clock_timestamp())"
+            " ON CONFLICT (id) DO UPDATE SET paid_at = clock_timestamp()",
             (order,),
         )
     elif m.event_type == "order.shipped" and order is not None:
         row = conn.execute("SELECT status FROM shop_orders WHERE id = %s FOR UPDATE", (order,)).fetchone()
         if row is None:
             return inbox.Defer(f"order {order} not paid yet")
-        conn.execute("UPDATE shop_orders SET status = 'shipped', shipped_at = now() WHERE id = %s", (order,))
+        conn.execute("UPDATE shop_orders SET status = 'shipped', shipped_at = clock_timestamp() WHERE id = %s", (order,))
     elif m.event_type in ("order.paid", "order.shipped"):
         return inbox.Fail(f"{m.event_type} without a numeric order_id")
     conn.execute(

@@ -58,7 +58,9 @@ pub struct InboxConfig {
     /// How often an idle worker looks for due rows written elsewhere (another process, or a
     /// deferral that became due); rows this process stores wake a worker at once.
     pub poll_interval_ms: u64,
-    /// A handler running longer than this is abandoned and its row counts as a failure.
+    /// A handler running longer than this is abandoned and its row counts as a failure (a
+    /// statement it was running goes on in the database until it ends or the connection's
+    /// `statement_timeout` cancels it; the row's savepoint is rolled back after that).
     pub handler_timeout_ms: u64,
     /// First wait after a deferral without an explicit time; doubles with every deferral.
     pub defer_backoff_ms: u64,

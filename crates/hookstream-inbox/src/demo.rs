@@ -68,8 +68,8 @@ impl Handler for Shop {
         match (m.event_type.as_deref(), order) {
             (Some("order.paid"), Some(id)) => {
                 sqlx::query(
-                    "INSERT INTO shop_orders (id, status, paid_at) VALUES ($1, 'paid', now())
-                     ON CONFLICT (id) DO UPDATE SET paid_at = now()",
+                    "INSERT INTO shop_orders (id, status, paid_at) VALUES ($1, 'paid', clock_timestamp())
+                     ON CONFLICT (id) DO UPDATE SET paid_at = clock_timestamp()",
                 )
                 .bind(id)
                 .execute(&mut *conn)
@@ -84,10 +84,12 @@ impl Handler for Shop {
                 if status.is_none() {
                     return Ok(Outcome::defer(format!("order {id} not paid yet")));
                 }
-                sqlx::query("UPDATE shop_orders SET status = 'shipped', shipped_at = now() WHERE id = $1")
-                    .bind(id)
-                    .execute(&mut *conn)
-                    .await?;
+                sqlx::query(
+                    "UPDATE shop_orders SET status = 'shipped', shipped_at = clock_timestamp() WHERE id = $1",
+                )
+                .bind(id)
+                .execute(&mut *conn)
+                .await?;
             }
             (Some(t @ ("order.paid" | "order.shipped")), None) => {
                 return Ok(Outcome::fail(format!("{t} without a numeric order_id")));

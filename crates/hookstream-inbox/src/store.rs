@@ -156,6 +156,24 @@ pub enum Mark {
     },
 }
 
+/// Longest reason stored; handlers' error texts can be long.
+const MAX_REASON_BYTES: usize = 2_000;
+
+/// A reason fit for a text column: no NUL (PostgreSQL text cannot hold one), at most
+/// `MAX_REASON_BYTES`.
+fn clean_reason(reason: &str) -> String {
+    let mut out: String = reason.replace('\0', "\u{fffd}");
+    if out.len() > MAX_REASON_BYTES {
+        let mut end = MAX_REASON_BYTES;
+        while !out.is_char_boundary(end) {
+            end -= 1;
+        }
+        out.truncate(end);
+        out.push('…');
+    }
+    out
+}
+
 /// Writes every row's mark in one statement (on the batch's transaction).
 pub async fn mark(tx: &mut PgConnection, marks: &[(i64, Mark)]) -> Result<(), sqlx::Error> {
     if marks.is_empty() {
@@ -164,7 +182,7 @@ pub async fn mark(tx: &mut PgConnection, marks: &[(i64, Mark)]) -> Result<(), sq
     let mut ids = Vec::with_capacity(marks.len());
     let mut statuses = Vec::with_capacity(marks.len());
     let mut next_at: Vec<Option<DateTime<Utc>>> = Vec::with_capacity(marks.len());
-    let mut reasons: Vec<Option<&str>> = Vec::with_capacity(marks.len());
+    let mut reasons: Vec<Option<String>> = Vec::with_capacity(marks.len());
     let mut deferred = Vec::with_capacity(marks.len());
     let mut failed = Vec::with_capacity(marks.len());
     for (id, m) in marks {
@@ -184,14 +202,14 @@ pub async fn mark(tx: &mut PgConnection, marks: &[(i64, Mark)]) -> Result<(), sq
             } => {
                 statuses.push("pending");
                 next_at.push(Some(*at));
-                reasons.push(Some(reason));
+                reasons.push(Some(clean_reason(reason)));
                 deferred.push(i32::from(*d));
                 failed.push(i32::from(!*d));
             }
             Mark::Quarantine { reason, deferred: d } => {
                 statuses.push("quarantined");
                 next_at.push(None);
-                reasons.push(Some(reason));
+                reasons.push(Some(clean_reason(reason)));
                 deferred.push(i32::from(*d));
                 failed.push(i32::from(!*d));
             }
@@ -372,4 +390,18 @@ pub async fn stats_all(pool: &PgPool) -> Result<Vec<Stats>, sqlx::Error> {
             })
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reasons_lose_nul_bytes_and_are_bounded() {
+        assert_eq!(clean_reason("a\0b"), "a\u{fffd}b");
+        let long = "é".repeat(3_000);
+        let cleaned = clean_reason(&long);
+        assert!(cleaned.len() <= MAX_REASON_BYTES + '…'.len_utf8());
+        assert!(cleaned.ends_with('…'));
+    }
 }

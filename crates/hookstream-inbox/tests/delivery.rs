@@ -270,8 +270,19 @@ async fn orders_shipped_before_they_are_paid_all_end_shipped_and_an_orphan_is_qu
         "most shipped events arrived first: {deferred_rows} deferred"
     );
     assert_eq!(wrong_reasons, 0);
-    let deferral_logs = log_lines(&["inbox: message deferred", "source=\"ooo\"", "not paid yet"]);
-    let quarantine_logs = log_lines(&["inbox: message quarantined", "source=\"ooo\"", "not paid yet"]);
+    // Logged right after the commit that the counts above saw: give the last line a moment.
+    let logs_of = || {
+        (
+            log_lines(&["inbox: message deferred", "source=\"ooo\"", "not paid yet"]),
+            log_lines(&["inbox: message quarantined", "source=\"ooo\"", "not paid yet"]),
+        )
+    };
+    eventually(Duration::from_secs(5), || async {
+        let (d, q) = logs_of();
+        (d.len() + q.len()) as i64 >= total_deferrals
+    })
+    .await;
+    let (deferral_logs, quarantine_logs) = logs_of();
     assert_eq!(
         deferral_logs.len() as i64 + quarantine_logs.len() as i64,
         total_deferrals,
@@ -282,7 +293,7 @@ async fn orders_shipped_before_they_are_paid_all_end_shipped_and_an_orphan_is_qu
         served.metric("hookstream_inbox_deferrals_total", &[("source", "ooo")]) as i64,
         total_deferrals
     );
-    // The shipped rows that were deferred were processed after their order's paid.
+    // Every order was shipped after it was paid (the stamps are the statements' clocks).
     let early: i64 = sqlx::query_scalar("SELECT count(*) FROM shop_orders WHERE shipped_at < paid_at")
         .fetch_one(pool)
         .await
@@ -382,7 +393,7 @@ async fn a_receiver_killed_while_it_processes_loses_nothing_and_processes_nothin
     wait_listening(port, &mut child, &log).await;
     let pipeline = start_pipeline(
         &env,
-        dispatcher_config(&env, vec![300, 600, 1_000, 1_000, 1_000, 2_000, 2_000, 2_000]),
+        dispatcher_config(&env, vec![300, 600, 1_000, 2_000, 3_000, 5_000, 5_000, 10_000]),
     );
 
     let orders = 1_500i64;
@@ -588,6 +599,11 @@ async fn foreign_receiver(lang: &str) {
         .await
         .unwrap();
     assert_eq!(shipped, orders, "{lang}: every order ends shipped");
+    let early: i64 = sqlx::query_scalar("SELECT count(*) FROM shop_orders WHERE shipped_at < paid_at")
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    assert_eq!(early, 0, "{lang}: shipped only once paid");
     assert_eq!(
         processed(pool).await,
         (2 * orders + 1, 2 * orders + 1),
@@ -615,16 +631,26 @@ async fn foreign_receiver(lang: &str) {
         total_deferrals > 9,
         "{lang}: shipped events waited for their payment"
     );
-    // Each deferral logged with its reason (the quarantining one as the quarantine).
-    let text = std::fs::read_to_string(&log).unwrap();
-    let deferred_lines = text
-        .lines()
-        .filter(|l| l.contains("inbox: message deferred") && l.contains("not paid yet"))
-        .count() as i64;
-    let quarantined_lines = text
-        .lines()
-        .filter(|l| l.contains("inbox: message quarantined") && l.contains("not paid yet"))
-        .count() as i64;
+    // Each deferral logged with its reason (the quarantining one as the quarantine), right
+    // after the commit the counts above saw: give the last line a moment.
+    let lines = || {
+        let text = std::fs::read_to_string(&log).unwrap();
+        let count = |what: &str| {
+            text.lines()
+                .filter(|l| l.contains(what) && l.contains("not paid yet"))
+                .count() as i64
+        };
+        (
+            count("inbox: message deferred"),
+            count("inbox: message quarantined"),
+        )
+    };
+    eventually(Duration::from_secs(5), || async {
+        let (d, q) = lines();
+        d + q >= total_deferrals
+    })
+    .await;
+    let (deferred_lines, quarantined_lines) = lines();
     assert_eq!(
         (deferred_lines + quarantined_lines, quarantined_lines),
         (total_deferrals, 1),
