@@ -78,7 +78,7 @@ function settingsFromEnv(env = process.env) {
     orderingKey: env.INBOX_ORDERING_KEY || null,
     maxBodyBytes: 1024 * 1024,
     workers: 2,
-    batchSize: 100,
+    batchSize: 50, // at most 64: one subtransaction per row (docs/receiving.md)
     pollMs: 250,
     deferBackoffMs: 1000,
     maxDeferBackoffMs: 300000,

@@ -121,7 +121,7 @@ class Settings:
     max_body_bytes: int = 1024 * 1024
     ordering_key: t.Optional[str] = None  # a JSON pointer such as "/order_id"
     workers: int = 2
-    batch_size: int = 100
+    batch_size: int = 50  # at most 64: one subtransaction per row (docs/receiving.md)
     poll_ms: int = 250
     defer_backoff_ms: int = 1000
     max_defer_backoff_ms: int = 300_000

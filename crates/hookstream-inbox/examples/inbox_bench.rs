@@ -43,8 +43,8 @@ struct Args {
     /// Inbox workers.
     #[arg(long, default_value_t = 2)]
     workers: usize,
-    /// Rows per worker batch.
-    #[arg(long, default_value_t = 200)]
+    /// Rows per worker batch (at most 64).
+    #[arg(long, default_value_t = 50)]
     batch_size: i64,
     /// Concurrent group writers.
     #[arg(long, default_value_t = 2)]
@@ -52,6 +52,9 @@ struct Args {
     /// Threads of the receiver's runtime.
     #[arg(long, default_value_t = 2)]
     server_threads: usize,
+    /// Receive only: no workers (the acknowledgement path alone).
+    #[arg(long)]
+    no_processing: bool,
     /// Keep the database afterwards.
     #[arg(long)]
     keep: bool,
@@ -107,13 +110,25 @@ fn main() -> anyhow::Result<()> {
             stats_interval_ms: 1_000,
             ..Default::default()
         };
-        let receiver = hookstream_inbox::start(
-            pool.clone(),
-            cfg,
-            hookstream_inbox::demo::Shop::default(),
-            &metrics,
-            &mut supervisor,
-        );
+        let receiver = if args.no_processing {
+            let wake = Arc::new(tokio::sync::Notify::new());
+            let (receiver, writers) = hookstream_inbox::Receiver::new(pool.clone(), &cfg, &metrics, wake);
+            for writer in writers {
+                supervisor.spawn("writer", async move {
+                    writer.await;
+                    Ok::<(), std::convert::Infallible>(())
+                });
+            }
+            receiver
+        } else {
+            hookstream_inbox::start(
+                pool.clone(),
+                cfg,
+                hookstream_inbox::demo::Shop::default(),
+                &metrics,
+                &mut supervisor,
+            )
+        };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         let app = receiver.router("/hook");
@@ -212,6 +227,9 @@ fn main() -> anyhow::Result<()> {
 
     // Processing: until the backlog is gone.
     let drained = server_rt.block_on(async {
+        if args.no_processing {
+            return anyhow::Ok((0, Duration::ZERO));
+        }
         let deadline = Instant::now() + Duration::from_secs(120);
         loop {
             let pending: i64 = sqlx::query_scalar(

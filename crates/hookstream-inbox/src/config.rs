@@ -26,6 +26,10 @@ impl From<&str> for SecretText {
     }
 }
 
+/// Most rows per claim: PostgreSQL's per-transaction cache of subtransaction ids
+/// (`PGPROC_MAX_CACHED_SUBXIDS`).
+pub const MAX_BATCH_SIZE: i64 = 64;
+
 /// One inbox route and its workers.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -53,7 +57,9 @@ pub struct InboxConfig {
     pub writers: usize,
     /// Worker tasks processing rows of this source.
     pub workers: usize,
-    /// Most rows one worker claims in one transaction.
+    /// Most rows one worker claims in one transaction (1 to 64: each row that writes runs in
+    /// a subtransaction, and PostgreSQL caches 64 subtransaction ids per transaction; past
+    /// that every session's snapshots get slower while the batch runs).
     pub batch_size: i64,
     /// How often an idle worker looks for due rows written elsewhere (another process, or a
     /// deferral that became due); rows this process stores wake a worker at once.
@@ -97,7 +103,7 @@ impl Default for InboxConfig {
             write_batch: 256,
             writers: 2,
             workers: 2,
-            batch_size: 100,
+            batch_size: 50,
             poll_interval_ms: 250,
             handler_timeout_ms: 30_000,
             defer_backoff_ms: 1_000,
@@ -202,6 +208,11 @@ impl Validate for InboxConfig {
         if let Some((key, _)) = positive.iter().find(|(_, v)| *v == 0) {
             return Err(ConfigError::new(format!("{key} must be at least 1")));
         }
+        if self.batch_size > MAX_BATCH_SIZE {
+            return Err(ConfigError::new(format!(
+                "inbox.batch_size must be at most {MAX_BATCH_SIZE} (one subtransaction per row; PostgreSQL caches 64 per transaction)"
+            )));
+        }
         if self.max_defer_backoff_ms < self.defer_backoff_ms {
             return Err(ConfigError::new(
                 "inbox.max_defer_backoff_ms must not be below inbox.defer_backoff_ms",
@@ -274,6 +285,13 @@ mod tests {
                     ..valid()
                 },
                 "inbox.workers",
+            ),
+            (
+                InboxConfig {
+                    batch_size: 65,
+                    ..valid()
+                },
+                "inbox.batch_size",
             ),
             (
                 InboxConfig {

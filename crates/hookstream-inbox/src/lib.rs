@@ -44,7 +44,7 @@
 //! let metrics = InboxMetrics::register(&prometheus::Registry::new());
 //! let cfg = InboxConfig { secrets: vec!["whsec_…".into()], ..Default::default() };
 //! let receiver = hookstream_inbox::start(pool, cfg, Orders, &metrics, &mut supervisor);
-//! let app = axum::Router::new().route("/webhooks/hookstream", receiver.method_router());
+//! let app: axum::Router = axum::Router::new().route("/webhooks/hookstream", receiver.method_router());
 //! # Ok(()) }
 //! ```
 

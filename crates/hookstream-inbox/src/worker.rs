@@ -4,11 +4,15 @@
 //! both (the row is claimed again, and nothing was applied); after it, both are done. So
 //! every row's business change is applied exactly once.
 //!
-//! Each row runs under a savepoint: `Done` releases it (the change stays in the batch's
-//! transaction); `Defer` and `Fail` roll it back (whatever the handler wrote is undone) and
-//! schedule the row again with a backoff. Deferrals are bounded by count and by age, failures
-//! by count; past a bound the row is quarantined with its reason. A panic, an error or a
-//! timeout of the handler is a failure of that row only.
+//! Each row runs under a savepoint: after `Done` the change stays in the batch's transaction;
+//! `Defer` and `Fail` roll back to it (whatever the handler wrote is undone) and schedule the
+//! row again with a backoff. PostgreSQL keeps 64 subtransaction ids per transaction in
+//! shared memory; a transaction with more (rows that wrote) makes every session's snapshots
+//! slower while it runs, so a batch holds at most 64 rows (`batch_size`).
+//!
+//! Deferrals are bounded by count and by age, failures by count; past a bound the row is
+//! quarantined with its reason. A panic, an error or a timeout of the handler is a failure of
+//! that row only.
 //!
 //! Database errors end nothing: the batch is rolled back (its rows are claimed again), the
 //! error is logged and counted, and the worker retries after a backoff until shutdown.
@@ -20,7 +24,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use futures::FutureExt as _;
-use sqlx::{Connection as _, PgConnection, PgPool};
+use sqlx::{PgConnection, PgPool};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
@@ -155,7 +159,7 @@ async fn worker<H: Handler>(
                 error_streak = 0;
                 let claimed = decided.len();
                 record(&cfg, &metrics, decided);
-                if claimed as i64 >= cfg.batch_size {
+                if claimed as i64 >= cfg.batch_size.clamp(1, crate::config::MAX_BATCH_SIZE) {
                     // More may be waiting: let a colleague help, and go on at once.
                     wake.notify_one();
                     continue;
@@ -191,7 +195,8 @@ async fn run_batch<H: Handler>(
     handler: &H,
 ) -> Result<Vec<Decided>, sqlx::Error> {
     let mut tx = pool.begin().await?;
-    let (messages, invalid) = store::claim(&mut tx, &cfg.source, cfg.batch_size).await?;
+    let limit = cfg.batch_size.clamp(1, crate::config::MAX_BATCH_SIZE);
+    let (messages, invalid) = store::claim(&mut tx, &cfg.source, limit).await?;
     if messages.is_empty() && invalid.is_empty() {
         tx.rollback().await?;
         return Ok(Vec::new());
@@ -212,19 +217,19 @@ async fn run_batch<H: Handler>(
         });
     }
     for message in &messages {
-        let mut sp = tx.begin().await?;
-        let outcome = run_handler(handler, &mut sp, message, cfg.handler_timeout_ms).await;
+        // A savepoint per row, never released: `Done` keeps the row's changes in the batch,
+        // anything else rolls back to it. (Releasing would cost a round trip per row and
+        // gain nothing: a released subtransaction still holds its id until the commit.)
+        sqlx::Executor::execute(&mut *tx, "SAVEPOINT hookstream_inbox_row").await?;
+        let outcome = run_handler(handler, &mut tx, message, cfg.handler_timeout_ms).await;
         let mark = match outcome {
-            Outcome::Done => {
-                sp.commit().await?;
-                Mark::Processed
-            }
+            Outcome::Done => Mark::Processed,
             Outcome::Defer { until, reason } => {
-                sp.rollback().await?;
+                sqlx::Executor::execute(&mut *tx, "ROLLBACK TO SAVEPOINT hookstream_inbox_row").await?;
                 defer_mark(cfg, message, until, reason)
             }
             Outcome::Fail(reason) => {
-                sp.rollback().await?;
+                sqlx::Executor::execute(&mut *tx, "ROLLBACK TO SAVEPOINT hookstream_inbox_row").await?;
                 fail_mark(cfg, message, reason)
             }
         };
