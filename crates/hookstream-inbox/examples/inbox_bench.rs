@@ -68,8 +68,16 @@ fn percentile(sorted: &[u64], p: f64) -> f64 {
     sorted[i] as f64 / 1000.0
 }
 
+/// The first three fields of /proc/loadavg: how busy the machine was.
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".into())
+}
+
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    let load_at_start = loadavg();
     let name = format!("inbox_bench_{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
     let server_rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(args.server_threads)
@@ -171,6 +179,8 @@ fn main() -> anyhow::Result<()> {
     let total = (args.warmup_seconds + args.seconds) * args.rate;
     let warmup = args.warmup_seconds * args.rate;
     let errors = Arc::new(AtomicU64::new(0));
+    let unavailable = Arc::new(AtomicU64::new(0));
+    let transport = Arc::new(AtomicU64::new(0));
     let started_wall = chrono::Utc::now();
     let (latencies, elapsed, sent) = client_rt.block_on(async {
         let client = reqwest::Client::builder()
@@ -203,11 +213,21 @@ fn main() -> anyhow::Result<()> {
                 .header("hookstream-event-type", "order.paid")
                 .body(body);
             let (tx, errors) = (tx.clone(), errors.clone());
+            let (unavailable, transport) = (unavailable.clone(), transport.clone());
             let due_std = due.into_std();
             tokio::spawn(async move {
-                let ok = matches!(request.send().await, Ok(r) if r.status().is_success());
-                if !ok {
-                    errors.fetch_add(1, Ordering::Relaxed);
+                match request.send().await {
+                    Ok(r) if r.status().is_success() => {}
+                    Ok(r) => {
+                        errors.fetch_add(1, Ordering::Relaxed);
+                        if r.status().as_u16() == 503 {
+                            unavailable.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                    Err(_) => {
+                        errors.fetch_add(1, Ordering::Relaxed);
+                        transport.fetch_add(1, Ordering::Relaxed);
+                    }
                 }
                 let _ = tx.send((i, due_std.elapsed().as_micros() as u64));
             });
@@ -291,13 +311,20 @@ fn main() -> anyhow::Result<()> {
     let max_backlog = samples.iter().copied().max().unwrap_or(0);
     println!("inbox acknowledgement benchmark");
     println!(
+        "  load average       {} at the start, {} at the end (/proc/loadavg)",
+        load_at_start.trim(),
+        loadavg().trim()
+    );
+    println!(
         "  offered            {} deliveries/s for {} s (+{} s warm-up), every {}th a duplicate",
         args.rate, args.seconds, args.warmup_seconds, args.duplicate_every
     );
     println!(
-        "  sent               {sent} in {:.1} s ({achieved:.0}/s), non-2xx or errors {}",
+        "  sent               {sent} in {:.1} s ({achieved:.0}/s), failed {} (503: {}, transport errors: {})",
         elapsed.as_secs_f64(),
-        errors.load(Ordering::Relaxed)
+        errors.load(Ordering::Relaxed),
+        unavailable.load(Ordering::Relaxed),
+        transport.load(Ordering::Relaxed)
     );
     println!(
         "  ack latency (ms)   p50 {:.2}  p90 {:.2}  p99 {:.2}  p99.9 {:.2}  max {:.2}  (n = {measured}, from each request's due time)",
