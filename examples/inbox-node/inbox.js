@@ -60,6 +60,10 @@ UPDATE hookstream_inbox.inbox
  WHERE source = $1 AND status = 'quarantined' AND ($2 OR id = ANY($3::int8[]))
 RETURNING id`;
 
+// Longest webhook-id and ordering key stored: both are indexed, and PostgreSQL refuses index
+// entries beyond about 2.7 kB.
+const MAX_KEY_BYTES = 256;
+
 const MIGRATIONS_DIR = path.join(__dirname, "..", "..", "crates", "hookstream-inbox", "migrations");
 
 const DONE = Object.freeze({ kind: "done" });
@@ -168,6 +172,9 @@ class Inbox {
     const why = this.verify(body, headers);
     if (why !== null) return [401, why];
     if (!Buffer.from(body, "utf8").equals(raw)) return [400, "body is not JSON: not UTF-8"];
+    if (Buffer.byteLength(headers["webhook-id"] || "") > MAX_KEY_BYTES) {
+      return [400, `webhook-id longer than ${MAX_KEY_BYTES} bytes`];
+    }
     let payload;
     try {
       payload = JSON.parse(body);
@@ -182,6 +189,9 @@ class Inbox {
     if (this.s.orderingKey) {
       const v = pointer(payload, this.s.orderingKey);
       key = v === undefined || v === null ? null : typeof v === "string" ? v : JSON.stringify(v);
+      if (key !== null && Buffer.byteLength(key) > MAX_KEY_BYTES) {
+        return [400, `ordering key longer than ${MAX_KEY_BYTES} bytes`];
+      }
     }
     try {
       const r = await this.pool.query(INSERT_SQL, [

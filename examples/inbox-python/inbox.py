@@ -77,6 +77,10 @@ UPDATE hookstream_inbox.inbox
 RETURNING id
 """
 
+# Longest webhook-id and ordering key stored: both are indexed, and PostgreSQL refuses index
+# entries beyond about 2.7 kB.
+MAX_KEY_BYTES = 256
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 MIGRATIONS_DIR = os.path.join(HERE, "..", "..", "crates", "hookstream-inbox", "migrations")
 
@@ -224,6 +228,8 @@ class Inbox:
         why = self.verify(body, headers)
         if why is not None:
             return 401, why
+        if len(headers.get("webhook-id", "").encode()) > MAX_KEY_BYTES:
+            return 400, f"webhook-id longer than {MAX_KEY_BYTES} bytes"
         try:
             payload = json.loads(body, parse_constant=_reject_constant)
         except ValueError as e:
@@ -235,6 +241,8 @@ class Inbox:
         if self.s.ordering_key:
             v = _pointer(payload, self.s.ordering_key)
             key = None if v is None else (v if isinstance(v, str) else json.dumps(v))
+            if key is not None and len(key.encode()) > MAX_KEY_BYTES:
+                return 400, f"ordering key longer than {MAX_KEY_BYTES} bytes"
         try:
             with self.pool.connection() as conn:
                 row = conn.execute(

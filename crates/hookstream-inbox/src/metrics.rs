@@ -22,8 +22,8 @@ pub struct InboxMetrics {
     pub duplicates: IntCounterVec,
     /// Deliveries refused with 401; `reason`: header, timestamp, signature.
     pub verification_failures: IntCounterVec,
-    /// Deliveries refused otherwise; `reason`: too_large (413), not_json (400), unavailable
-    /// (503: the database did not store it).
+    /// Deliveries refused otherwise; `reason`: too_large (413), unreadable, not_json and
+    /// too_long (400), unavailable (503: the database did not store it).
     pub rejected: IntCounterVec,
     /// Request arrival to answer, for stored and duplicate deliveries.
     pub ack_seconds: HistogramVec,
@@ -109,7 +109,7 @@ impl InboxMetrics {
             ),
             rejected: counter(
                 "hookstream_inbox_rejected_total",
-                "Deliveries refused for their body or because nothing could be stored (too_large, not_json, unavailable)",
+                "Deliveries refused for their body or because nothing could be stored (too_large, unreadable, not_json, too_long, unavailable)",
                 reason,
             ),
             ack_seconds: HistogramVec::new(

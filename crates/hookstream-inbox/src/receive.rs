@@ -48,6 +48,10 @@ pub enum StoreRejection {
     /// 400: the database refused the value (PostgreSQL's JSON is stricter in places).
     #[error("payload refused by the database: {0}")]
     Refused(String),
+    /// 400: a value too long to be a key (`webhook-id`, the ordering key); both are indexed,
+    /// and PostgreSQL refuses index entries beyond about 2.7 kB.
+    #[error("{0} longer than {MAX_KEY_BYTES} bytes")]
+    TooLong(&'static str),
     /// 503: the database is unavailable; the sender should retry.
     #[error("inbox unavailable, retry later")]
     Unavailable,
@@ -56,7 +60,9 @@ pub enum StoreRejection {
 impl StoreRejection {
     pub fn status(&self) -> StatusCode {
         match self {
-            StoreRejection::NotJson(_) | StoreRejection::Refused(_) => StatusCode::BAD_REQUEST,
+            StoreRejection::NotJson(_) | StoreRejection::Refused(_) | StoreRejection::TooLong(_) => {
+                StatusCode::BAD_REQUEST
+            }
             StoreRejection::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
@@ -67,6 +73,9 @@ impl IntoResponse for StoreRejection {
         (self.status(), self.to_string()).into_response()
     }
 }
+
+/// Longest `webhook-id` and ordering key stored (Hookstream's ids are 36 characters).
+pub const MAX_KEY_BYTES: usize = 256;
 
 /// A batch writer of the receiver, to run for as long as the receiver serves (supervise it:
 /// it returns once every handle of its receiver is dropped).
@@ -189,7 +198,11 @@ impl Receiver {
         let row = match to_row(webhook, inner.ordering_key.as_deref()) {
             Ok(row) => row,
             Err(e) => {
-                self.reject("not_json");
+                self.reject(if matches!(e, StoreRejection::TooLong(_)) {
+                    "too_long"
+                } else {
+                    "not_json"
+                });
                 return Err(e);
             }
         };
@@ -244,6 +257,9 @@ impl Receiver {
 /// payload's top-level `type`), its ordering key (the pointer's value; a string as is, other
 /// scalars as JSON text, absent or null: none).
 fn to_row(webhook: VerifiedWebhook, ordering_key: Option<&str>) -> Result<NewMessage, StoreRejection> {
+    if webhook.id.len() > MAX_KEY_BYTES {
+        return Err(StoreRejection::TooLong("webhook-id"));
+    }
     let text =
         String::from_utf8(webhook.body.to_vec()).map_err(|_| StoreRejection::NotJson("not UTF-8".into()))?;
     let needs_value = ordering_key.is_some() || webhook.event_type.is_none();
@@ -258,6 +274,9 @@ fn to_row(webhook: VerifiedWebhook, ordering_key: Option<&str>) -> Result<NewMes
             serde_json::Value::String(s) => Some(s.clone()),
             other => Some(other.to_string()),
         });
+        if key.as_ref().is_some_and(|k| k.len() > MAX_KEY_BYTES) {
+            return Err(StoreRejection::TooLong("ordering key"));
+        }
         (event_type, key)
     } else {
         serde_json::from_str::<serde::de::IgnoredAny>(&text)
@@ -325,6 +344,26 @@ mod tests {
         assert_eq!(row.ordering_key, None);
         let row = to_row(webhook(br#"{"k":"a"}"#, Some("x.y")), Some("/k")).unwrap();
         assert_eq!(row.ordering_key.as_deref(), Some("a"));
+    }
+
+    #[test]
+    fn keys_too_long_to_index_are_refused() {
+        let mut w = webhook(br#"{"k":"a"}"#, Some("t"));
+        w.id = "x".repeat(MAX_KEY_BYTES + 1);
+        assert_eq!(
+            to_row(w, None).unwrap_err(),
+            StoreRejection::TooLong("webhook-id")
+        );
+        let body = format!(r#"{{"k":"{}"}}"#, "y".repeat(MAX_KEY_BYTES + 1));
+        let w = VerifiedWebhook {
+            body: Bytes::from(body),
+            ..webhook(b"", Some("t"))
+        };
+        let e = to_row(w, Some("/k")).unwrap_err();
+        assert_eq!(
+            (e.status(), e),
+            (StatusCode::BAD_REQUEST, StoreRejection::TooLong("ordering key"))
+        );
     }
 
     #[test]

@@ -553,6 +553,8 @@ async fn foreign_receiver(lang: &str) {
     let stale = chrono::Utc::now().timestamp() - 400;
     let r = common::post_signed_at(&client, &url, &a, "direct-stale", b"{}", stale).await;
     assert_eq!(r.status(), 401, "{lang}: stale timestamp");
+    let r = post_signed(&client, &url, &a, &"i".repeat(300), b"{}").await;
+    assert_eq!(r.status(), 400, "{lang}: webhook-id too long to index");
     for _ in 0..2 {
         let r = post_signed(&client, &url, &b, "direct-ok", br#"{"type":"note.added"}"#).await;
         assert_eq!(r.status(), 204, "{lang}: stored, then a duplicate");

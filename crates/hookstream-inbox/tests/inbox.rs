@@ -99,6 +99,15 @@ async fn each_request_is_answered_for_what_it_is_and_stored_at_most_once() {
     let big = format!("{{\"pad\":\"{}\"}}", "x".repeat(1024 * 1024));
     let r = post_signed(&client, url, &secret, "msg_6", big.as_bytes()).await;
     assert_eq!(r.status(), 413);
+    // A webhook-id too long to index: 400 naming it.
+    let long_id = "i".repeat(300);
+    let r = post_signed(&client, url, &secret, &long_id, body).await;
+    assert_eq!(r.status(), 400);
+    assert!(r
+        .text()
+        .await
+        .unwrap()
+        .contains("webhook-id longer than 256 bytes"));
     // Only POST.
     assert_eq!(client.get(url).send().await.unwrap().status(), 405);
     for id in ["msg_2", "msg_3", "msg_4", "msg_5", "msg_6"] {
