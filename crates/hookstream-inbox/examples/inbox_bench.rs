@@ -224,9 +224,11 @@ fn main() -> anyhow::Result<()> {
                             unavailable.fetch_add(1, Ordering::Relaxed);
                         }
                     }
-                    Err(_) => {
+                    Err(e) => {
                         errors.fetch_add(1, Ordering::Relaxed);
-                        transport.fetch_add(1, Ordering::Relaxed);
+                        if transport.fetch_add(1, Ordering::Relaxed) == 0 {
+                            eprintln!("first transport error: {e:?}");
+                        }
                     }
                 }
                 let _ = tx.send((i, due_std.elapsed().as_micros() as u64));

@@ -4,9 +4,13 @@
 //! both (the row is claimed again, and nothing was applied); after it, both are done. So
 //! every row's business change is applied exactly once.
 //!
-//! Each row runs under a savepoint: after `Done` the change stays in the batch's transaction;
-//! `Defer` and `Fail` roll back to it (whatever the handler wrote is undone) and schedule the
-//! row again with a backoff. PostgreSQL keeps 64 subtransaction ids per transaction in
+//! While every row comes out `Done`, a batch runs its handlers straight on its transaction.
+//! When one does not, that batch is rolled back whole and run again with a savepoint per row:
+//! after `Done` the change stays in the batch's transaction; `Defer` and `Fail` roll back to
+//! it (whatever the handler wrote is undone) and schedule the row again with a backoff. The
+//! next batches keep their savepoints until one comes out all `Done`. So a handler may run
+//! more than once for a message, each run but the last rolled back (as after a crash): keep
+//! its effects in the transaction. PostgreSQL keeps 64 subtransaction ids per transaction in
 //! shared memory; a transaction with more (rows that wrote) makes every session's snapshots
 //! slower while it runs, so a batch holds at most 64 rows (`batch_size`).
 //!
@@ -153,10 +157,21 @@ async fn worker<H: Handler>(
     let errors = metrics.errors.with_label_values(&[source]);
     let poll = Duration::from_millis(cfg.poll_interval_ms);
     let mut error_streak = 0u32;
+    // Batches run without savepoints while every row comes out `Done` (one statement less
+    // per row); a batch where one does not is rolled back whole and run again with them, and
+    // so are the next ones until a batch with savepoints comes out all `Done`.
+    let mut careful = false;
     while !shutdown.is_cancelled() {
-        match run_batch(&pool, &cfg, handler.as_ref()).await {
-            Ok(decided) => {
+        match run_batch(&pool, &cfg, handler.as_ref(), careful).await {
+            Ok(Batch::Redo) => {
                 error_streak = 0;
+                careful = true;
+            }
+            Ok(Batch::Decided(decided)) => {
+                error_streak = 0;
+                if careful && decided.iter().all(|d| d.mark == Mark::Processed) {
+                    careful = false;
+                }
                 let claimed = decided.len();
                 record(&cfg, &metrics, decided);
                 if claimed as i64 >= cfg.batch_size.clamp(1, crate::config::MAX_BATCH_SIZE) {
@@ -188,18 +203,30 @@ async fn worker<H: Handler>(
     tracing::debug!(source, worker = n, "inbox worker stopped");
 }
 
-/// Claims one batch, runs the handler on each row and commits. Returns what it decided.
+/// What one batch did.
+enum Batch {
+    /// Committed, with what was decided per row.
+    Decided(Vec<Decided>),
+    /// Run without savepoints, a row did not come out `Done`: rolled back whole, to be run
+    /// again with savepoints.
+    Redo,
+}
+
+/// Claims one batch, runs the handler on each row and commits. With `careful`, each row runs
+/// under a savepoint; without, the first row that is not `Done` rolls the batch back
+/// ([`Batch::Redo`]).
 async fn run_batch<H: Handler>(
     pool: &PgPool,
     cfg: &InboxConfig,
     handler: &H,
-) -> Result<Vec<Decided>, sqlx::Error> {
+    careful: bool,
+) -> Result<Batch, sqlx::Error> {
     let mut tx = pool.begin().await?;
     let limit = cfg.batch_size.clamp(1, crate::config::MAX_BATCH_SIZE);
     let (messages, invalid) = store::claim(&mut tx, &cfg.source, limit).await?;
     if messages.is_empty() && invalid.is_empty() {
         tx.rollback().await?;
-        return Ok(Vec::new());
+        return Ok(Batch::Decided(Vec::new()));
     }
     let mut decided = Vec::with_capacity(messages.len() + invalid.len());
     let mut marks: Vec<(i64, Mark)> = Vec::with_capacity(messages.len() + invalid.len());
@@ -220,8 +247,14 @@ async fn run_batch<H: Handler>(
         // A savepoint per row, never released: `Done` keeps the row's changes in the batch,
         // anything else rolls back to it. (Releasing would cost a round trip per row and
         // gain nothing: a released subtransaction still holds its id until the commit.)
-        sqlx::Executor::execute(&mut *tx, "SAVEPOINT hookstream_inbox_row").await?;
+        if careful {
+            sqlx::Executor::execute(&mut *tx, "SAVEPOINT hookstream_inbox_row").await?;
+        }
         let outcome = run_handler(handler, &mut tx, message, cfg.handler_timeout_ms).await;
+        if !careful && outcome != Outcome::Done {
+            tx.rollback().await?;
+            return Ok(Batch::Redo);
+        }
         let mark = match outcome {
             Outcome::Done => Mark::Processed,
             Outcome::Defer { until, reason } => {
@@ -241,7 +274,7 @@ async fn run_batch<H: Handler>(
             invalid: false,
         });
     }
-    commit(tx, marks, decided).await
+    Ok(Batch::Decided(commit(tx, marks, decided).await?))
 }
 
 async fn commit(

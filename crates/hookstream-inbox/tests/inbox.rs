@@ -186,7 +186,8 @@ impl Handler for Scripted {
             "defer" => Outcome::defer("waiting for nothing"),
             "fail" => return Err("the business said no".into()),
             "panic" => panic!("handler bug"),
-            "flaky" if run <= 2 => Outcome::fail(format!("flaky run {run}")),
+            // Its recorded failures, not its runs: a run may be rolled back and redone.
+            "flaky" if m.attempts < 2 => Outcome::fail(format!("flaky run {run}")),
             "gate" if !self.open.load(Ordering::SeqCst) => Outcome::defer("gate closed"),
             _ => Outcome::Done,
         })
@@ -306,17 +307,17 @@ async fn outcomes_commit_with_their_mark_and_bounded_ones_end_in_quarantine_unti
     served.stop().await.expect("clean shutdown");
 }
 
-/// Records the order rows are processed in; the first message of key `b` is deferred twice.
+/// Records, on the transaction, the order rows are processed in (runs rolled back leave no
+/// record); the first message of key `b` is deferred twice. Runs of one key must never
+/// overlap.
 #[derive(Default)]
 struct Recorder {
-    order: Mutex<Vec<(String, i64)>>,
-    b_deferred: Mutex<u32>,
     active: Mutex<HashMap<String, u32>>,
     overlap: AtomicBool,
 }
 
 impl Handler for Recorder {
-    async fn handle(&self, _: &mut PgConnection, m: &Message) -> Result<Outcome, HandlerError> {
+    async fn handle(&self, conn: &mut PgConnection, m: &Message) -> Result<Outcome, HandlerError> {
         let key = m.ordering_key.clone().unwrap_or_default();
         let seq = m.payload["seq"].as_i64().unwrap();
         {
@@ -333,14 +334,14 @@ impl Handler for Recorder {
             .unwrap()
             .entry(key.clone())
             .and_modify(|n| *n -= 1);
-        if key == "b" && seq == 0 {
-            let mut d = self.b_deferred.lock().unwrap();
-            if *d < 2 {
-                *d += 1;
-                return Ok(Outcome::defer("b0 not ready"));
-            }
+        if key == "b" && seq == 0 && m.deferrals < 2 {
+            return Ok(Outcome::defer("b0 not ready"));
         }
-        self.order.lock().unwrap().push((key, seq));
+        sqlx::query("INSERT INTO recorded (key, seq) VALUES ($1, $2)")
+            .bind(&key)
+            .bind(seq)
+            .execute(&mut *conn)
+            .await?;
         Ok(Outcome::Done)
     }
 }
@@ -355,6 +356,10 @@ async fn an_ordering_key_processes_its_rows_one_at_a_time_in_arrival_order() {
         batch_size: 10,
         ..test_config("ordered", &secret)
     };
+    sqlx::query("CREATE TABLE recorded (n bigserial PRIMARY KEY, key text NOT NULL, seq bigint NOT NULL)")
+        .execute(&env.pool)
+        .await
+        .unwrap();
     let recorder = Arc::new(Recorder::default());
     let served = serve(&env.pool, cfg, recorder.clone()).await;
     let client = reqwest::Client::new();
@@ -374,15 +379,21 @@ async fn an_ordering_key_processes_its_rows_one_at_a_time_in_arrival_order() {
     for s in sends {
         s.await.unwrap();
     }
+    let recorded = || async {
+        sqlx::query_as::<_, (String, i64)>("SELECT key, seq FROM recorded ORDER BY n")
+            .fetch_all(&env.pool)
+            .await
+            .unwrap()
+    };
     assert!(
         eventually(Duration::from_secs(20), || async {
-            recorder.order.lock().unwrap().len() == 4 * per_key as usize
+            recorded().await.len() == 4 * per_key as usize
         })
         .await,
         "processed {}",
-        recorder.order.lock().unwrap().len()
+        recorded().await.len()
     );
-    let order = recorder.order.lock().unwrap().clone();
+    let order = recorded().await;
     for key in ["a", "b", "c", "d"] {
         let seqs: Vec<i64> = order.iter().filter(|(k, _)| k == key).map(|(_, s)| *s).collect();
         assert_eq!(seqs, (0..per_key).collect::<Vec<_>>(), "key {key} out of order");
@@ -391,11 +402,13 @@ async fn an_ordering_key_processes_its_rows_one_at_a_time_in_arrival_order() {
         !recorder.overlap.load(Ordering::SeqCst),
         "two rows of one key ran at once"
     );
-    assert_eq!(
-        *recorder.b_deferred.lock().unwrap(),
-        2,
-        "b's head was deferred and held b back"
-    );
+    let b0: i32 = sqlx::query_scalar(
+        "SELECT deferrals FROM hookstream_inbox.inbox WHERE source = 'ordered' AND message_id = 'b-0'",
+    )
+    .fetch_one(&env.pool)
+    .await
+    .unwrap();
+    assert_eq!(b0, 2, "b's head was deferred and held b back");
     served.stop().await.expect("clean shutdown");
 }
 
