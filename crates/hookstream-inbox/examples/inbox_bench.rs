@@ -52,6 +52,9 @@ struct Args {
     /// Threads of the receiver's runtime.
     #[arg(long, default_value_t = 2)]
     server_threads: usize,
+    /// Most requests in flight at once (connections the client opens).
+    #[arg(long, default_value_t = 512)]
+    max_in_flight: usize,
     /// Receive only: no workers (the acknowledgement path alone).
     #[arg(long)]
     no_processing: bool,
@@ -190,6 +193,7 @@ fn main() -> anyhow::Result<()> {
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(u64, u64)>();
         let start = tokio::time::Instant::now() + Duration::from_millis(100);
         let interval_ns = 1_000_000_000 / args.rate.max(1);
+        let in_flight = Arc::new(tokio::sync::Semaphore::new(args.max_in_flight));
         for i in 0..total {
             let due = start + Duration::from_nanos(i * interval_ns);
             tokio::time::sleep_until(due).await;
@@ -212,6 +216,9 @@ fn main() -> anyhow::Result<()> {
                 .header("webhook-signature", sig)
                 .header("hookstream-event-type", "order.paid")
                 .body(body);
+            // At most this many requests in flight (the client's sockets); waiting for a slot
+            // counts in the latency, which runs from the due time.
+            let permit = in_flight.clone().acquire_owned().await.expect("semaphore open");
             let (tx, errors) = (tx.clone(), errors.clone());
             let (unavailable, transport) = (unavailable.clone(), transport.clone());
             let due_std = due.into_std();
@@ -232,6 +239,7 @@ fn main() -> anyhow::Result<()> {
                     }
                 }
                 let _ = tx.send((i, due_std.elapsed().as_micros() as u64));
+                drop(permit);
             });
         }
         drop(tx);
