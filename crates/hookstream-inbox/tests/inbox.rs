@@ -285,6 +285,30 @@ async fn outcomes_commit_with_their_mark_and_bounded_ones_end_in_quarantine_unti
         served.metric("hookstream_inbox_quarantined_total", &[("reason", "failed")]),
         2.0
     );
+    // The administration binary sees the same.
+    let cli = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_hookstream-inbox"))
+            .args(["--database-url", &env.database.url])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    let listed_by_cli = cli(&["quarantine", "list", "--source", "outcomes", "--json"]);
+    assert_eq!(listed_by_cli.as_array().map(Vec::len), Some(4));
+    assert!(listed_by_cli[0]["reason"].as_str().is_some());
+    let stats = cli(&["stats", "--json"]);
+    let mine = stats
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["source"] == "outcomes")
+        .unwrap();
+    assert_eq!(
+        (mine["quarantined"].as_i64(), mine["processed"].as_i64()),
+        (Some(4), Some(2))
+    );
     handler.open.store(true, Ordering::SeqCst);
     let gate = listed.iter().find(|q| q.message_id == "gate").unwrap().id;
     let replayed = hookstream_inbox::replay_quarantined(pool, "outcomes", &Selection::Ids(vec![gate]), None)
