@@ -19,7 +19,8 @@ pub struct NewMessage {
 }
 
 /// Stores `rows` of `source`, skipping those already there (`ON CONFLICT DO NOTHING`), in one
-/// statement. Returns, per row, whether it was new: false for a duplicate of a stored row and
+/// statement, in `message_id` order: two batches holding the same ids (duplicates arriving
+/// together) then wait for each other in the same order instead of deadlocking. Returns, per row, whether it was new: false for a duplicate of a stored row and
 /// for the second of two equal ids in the same batch.
 pub async fn insert_batch(
     pool: &PgPool,
@@ -36,6 +37,7 @@ pub async fn insert_batch(
                 (source, message_id, event_type, ordering_key, payload, webhook_timestamp)
          SELECT $1, m, t, k, p::json, s
            FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::int8[]) AS u(m, t, k, p, s)
+          ORDER BY m
          ON CONFLICT (source, message_id) DO NOTHING
          RETURNING message_id",
     )
