@@ -57,6 +57,8 @@ pub const SECTIONS: &[&str] = &[
     "attempts",
     "secrets",
     "health",
+    // A receiver's inbox (`hookstream-inbox`), which may share the services' environment.
+    "inbox",
 ];
 
 /// The DLQ sink's consumer group unless `dlq.sink_group_id` says otherwise.
