@@ -56,6 +56,7 @@ pub const SECTIONS: &[&str] = &[
     "dlq",
     "attempts",
     "secrets",
+    "api",
 ];
 
 /// A configuration (or a section of one) that can tell whether its values can work: values
