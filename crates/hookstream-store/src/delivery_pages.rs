@@ -192,3 +192,22 @@ pub async fn endpoint_state_counts(
     .fetch_one(pool)
     .await?)
 }
+
+/// Forgets the response body of one of `tenant`'s attempts (Svix's expunge-content).
+pub async fn expunge_response(pool: &PgPool, tenant: Uuid, key: &AttemptKey) -> Result<(), StoreError> {
+    let done = sqlx::query(
+        "UPDATE hookstream.attempts SET response_body = NULL
+          WHERE tenant_id = $1 AND started_at = $2 AND event_id = $3 AND endpoint_id = $4 AND attempt = $5",
+    )
+    .bind(tenant)
+    .bind(key.started_at)
+    .bind(key.event_id)
+    .bind(key.endpoint_id)
+    .bind(key.attempt)
+    .execute(pool)
+    .await?;
+    if done.rows_affected() == 0 {
+        return Err(StoreError::NotFound("attempt".into()));
+    }
+    Ok(())
+}

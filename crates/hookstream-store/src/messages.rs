@@ -194,6 +194,25 @@ pub async fn get_many(
     .await?)
 }
 
+/// Replaces a message's stored payload with `{}` (Svix's expunge-content).
+pub async fn expunge(pool: &PgPool, tenant: Uuid, id: Uuid) -> Result<(), StoreError> {
+    let at = v7_time(id).ok_or_else(|| StoreError::NotFound(format!("message {id}")))?;
+    let done = sqlx::query(
+        "UPDATE hookstream.messages SET payload = '{}'
+          WHERE tenant_id = $1 AND event_id = $2 AND created_at >= $3 AND created_at < $4",
+    )
+    .bind(tenant)
+    .bind(id)
+    .bind(at - Duration::seconds(1))
+    .bind(at + Duration::seconds(1))
+    .execute(pool)
+    .await?;
+    if done.rows_affected() == 0 {
+        return Err(StoreError::NotFound(format!("message {id}")));
+    }
+    Ok(())
+}
+
 /// Which messages to list.
 #[derive(Debug, Clone, Default)]
 pub struct ListFilter {
