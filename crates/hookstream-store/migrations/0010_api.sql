@@ -5,12 +5,12 @@
 -- An application is a tenant. `uid` is the caller's own unique name for it (paths accept the
 -- id or the uid); never UUID-shaped, so a path segment is unambiguous.
 ALTER TABLE hookstream.tenants
-    ADD COLUMN uid        text UNIQUE CHECK (uid ~ '^[a-zA-Z0-9_.-]{1,256}$'),
+    ADD COLUMN uid        text UNIQUE CHECK (length(uid) BETWEEN 1 AND 256 AND uid ~ '^[a-zA-Z0-9_.-]+$'),
     ADD COLUMN metadata   jsonb NOT NULL DEFAULT '{}' CHECK (jsonb_typeof(metadata) = 'object'),
     ADD COLUMN updated_at timestamptz NOT NULL DEFAULT now();
 
 ALTER TABLE hookstream.endpoints
-    ADD COLUMN uid      text CHECK (uid ~ '^[a-zA-Z0-9_.-]{1,256}$'),
+    ADD COLUMN uid      text CHECK (length(uid) BETWEEN 1 AND 256 AND uid ~ '^[a-zA-Z0-9_.-]+$'),
     ADD COLUMN metadata jsonb NOT NULL DEFAULT '{}' CHECK (jsonb_typeof(metadata) = 'object'),
     ADD CONSTRAINT endpoints_tenant_uid UNIQUE (tenant_id, uid);
 

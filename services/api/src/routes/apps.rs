@@ -109,7 +109,7 @@ pub async fn get(
 
 /// Update an application
 ///
-/// Creates it (201) when the path names a uid that does not exist (operators only).
+/// Replaces its name and metadata (and its uid, when the body names one). Creates it (201) when the path names a uid that does not exist (operators only).
 #[utoipa::path(put, path = "/api/v1/app/{app_id}", operation_id = "v1.application.update", tag = "Application",
     params(("app_id" = String, Path, description = "The application's id or uid")),
     request_body = ApplicationIn,
@@ -122,9 +122,13 @@ pub async fn update(
 ) -> ApiResult<impl IntoResponse> {
     let app_ref = AppRef::parse(&app_id);
     let mut f = fields(input)?;
-    match applications::resolve(&state.pool, &app_ref, who.scope()).await? {
-        Some(id) => {
-            let app = applications::update(&state.pool, id, &f).await.map_err(stored)?;
+    match applications::find(&state.pool, &app_ref, who.scope()).await? {
+        Some(current) => {
+            // An update that names no uid keeps the application's.
+            if f.uid.is_none() {
+                f.uid = current.uid;
+            }
+            let app = applications::update(&state.pool, current.id, &f).await.map_err(stored)?;
             Ok((StatusCode::OK, axum::Json(out(app))))
         }
         None => match app_ref {
