@@ -306,3 +306,183 @@ async fn tenant_keys_see_only_their_tenant_and_read_only_keys_only_read() {
     assert_eq!(api.call(Some(pt), Method::GET, &format!("/api/v1/app/{a}"), None).await.0, StatusCode::UNAUTHORIZED);
     let _ = Receiver::start(Behaviour::Ok).await;
 }
+
+/// Waits for `n` distinct deliveries at `receiver`.
+async fn delivered(receiver: &Receiver, n: usize) -> bool {
+    eventually(Duration::from_secs(30), || async { receiver.distinct().0.len() >= n }).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_are_delivered_read_back_attempted_and_resent() {
+    let env = TestEnv::new(2).await.unwrap();
+    let api = Api::start(common::api_config(&env)).await;
+    let pipeline = common::start_pipeline(&env);
+    let receiver = Receiver::start(Behaviour::Ok).await;
+    let (_, app) = api.op(Method::POST, "/api/v1/app", Some(json!({"name": "shop", "uid": "shop"}))).await;
+    let app_id = app["id"].as_str().unwrap().to_string();
+    let (s, ep) = api
+        .op(Method::POST, "/api/v1/app/shop/endpoint", Some(json!({"url": receiver.url(), "eventTypes": ["order.*"]})))
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{ep}");
+    let ep_id = ep["id"].as_str().unwrap().to_string();
+    let (_, secret) = api.op(Method::GET, &format!("/api/v1/app/shop/endpoint/{ep_id}/secret"), None).await;
+    receiver.set_secret(secret["key"].as_str().unwrap());
+
+    // Create, and read back at once (before the relay ships it).
+    let (s, msg) = api
+        .op(
+            Method::POST,
+            "/api/v1/app/shop/msg",
+            Some(json!({"eventType": "order.created", "payload": {"order": 1, "note": "é"}, "eventId": "order-1",
+                        "aggregateType": "order", "aggregateId": "1"})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::ACCEPTED, "{msg}");
+    let msg_id = msg["id"].as_str().unwrap().to_string();
+    let (s, got) = api.op(Method::GET, &format!("/api/v1/app/shop/msg/{msg_id}"), None).await;
+    assert_eq!(s, StatusCode::OK, "{got}");
+    assert_eq!((&got["payload"], &got["eventId"], &got["aggregateId"]), (&json!({"order": 1, "note": "é"}), &json!("order-1"), &json!("1")));
+    assert_eq!(got["timestamp"], msg["timestamp"]);
+    // Not routed to this endpoint (its filter), but stored.
+    api.op(Method::POST, "/api/v1/app/shop/msg", Some(json!({"eventType": "user.created", "payload": {"u": 1}}))).await;
+
+    assert!(delivered(&receiver, 1).await, "delivered");
+    let got = &receiver.received()[0];
+    assert_eq!(got.webhook_id, msg_id, "webhook-id is the message id");
+    assert!(got.verified, "signed with the secret the API reads back");
+    assert_eq!(serde_json::from_slice::<Value>(&got.body).unwrap(), json!({"order": 1, "note": "é"}));
+
+    // Idempotency: the same eventId is a conflict, unless it is the same request again.
+    let (s, b) = api.op(Method::POST, "/api/v1/app/shop/msg", Some(json!({"eventType": "order.created", "payload": {}, "eventId": "order-1"}))).await;
+    assert_eq!(s, StatusCode::CONFLICT, "{b}");
+    let send = |key: &'static str, event_id: Option<&'static str>| {
+        let mut body = json!({"eventType": "order.created", "payload": {"k": key}});
+        if let Some(e) = event_id {
+            body["eventId"] = json!(e);
+        }
+        api.client
+            .post(format!("{}/api/v1/app/shop/msg", api.base))
+            .bearer_auth(OPERATOR_TOKEN)
+            .header("idempotency-key", key)
+            .json(&body)
+            .send()
+    };
+    let first: Value = send("req-1", Some("order-2")).await.unwrap().json().await.unwrap();
+    let again = send("req-1", Some("order-2")).await.unwrap();
+    assert_eq!(again.status(), StatusCode::ACCEPTED, "a retried request gets its answer again");
+    assert_eq!(again.json::<Value>().await.unwrap()["id"], first["id"]);
+    assert_eq!(send("req-2", Some("order-2")).await.unwrap().status(), StatusCode::CONFLICT);
+    let h1: Value = send("req-3", None).await.unwrap().json().await.unwrap();
+    let h2: Value = send("req-3", None).await.unwrap().json().await.unwrap();
+    assert_eq!(h1["id"], h2["id"], "the idempotency-key header alone makes a retry safe");
+    assert!(delivered(&receiver, 3).await, "three distinct messages delivered");
+
+    // The delivery log.
+    let (_, attempts) = api.op(Method::GET, &format!("/api/v1/app/shop/attempt/msg/{msg_id}"), None).await;
+    assert!(
+        eventually(Duration::from_secs(20), || async {
+            let (_, a) = api.op(Method::GET, &format!("/api/v1/app/shop/attempt/msg/{msg_id}"), None).await;
+            a["data"].as_array().is_some_and(|d| !d.is_empty())
+        })
+        .await,
+        "an attempt is listed: {attempts}"
+    );
+    let (_, attempts) = api.op(Method::GET, &format!("/api/v1/app/shop/attempt/msg/{msg_id}"), None).await;
+    let a = &attempts["data"][0];
+    assert_eq!((&a["status"], &a["statusText"], &a["responseStatusCode"], &a["triggerType"]), (&json!(0), &json!("success"), &json!(204), &json!(0)), "{a}");
+    assert_eq!((&a["endpointId"], &a["msgId"]), (&json!(ep_id), &json!(msg_id)));
+    let (s, one) = api.op(Method::GET, &format!("/api/v1/app/shop/msg/{msg_id}/attempt/{}", a["id"].as_str().unwrap()), None).await;
+    assert_eq!((s, &one["id"]), (StatusCode::OK, &a["id"]));
+    let (_, by_ep) = api.op(Method::GET, &format!("/api/v1/app/shop/attempt/endpoint/{ep_id}?status=0"), None).await;
+    assert!(by_ep["data"].as_array().unwrap().iter().any(|x| x["id"] == a["id"]), "{by_ep}");
+    let (_, failed) = api.op(Method::GET, &format!("/api/v1/app/shop/attempt/endpoint/{ep_id}?status=2"), None).await;
+    assert_eq!(failed["data"].as_array().unwrap().len(), 0);
+    let (_, dests) = api.op(Method::GET, &format!("/api/v1/app/shop/msg/{msg_id}/endpoint"), None).await;
+    assert_eq!((&dests["data"][0]["id"], &dests["data"][0]["status"]), (&json!(ep_id), &json!(0)), "{dests}");
+    let (_, sent) = api.op(Method::GET, &format!("/api/v1/app/shop/endpoint/{ep_id}/msg"), None).await;
+    assert!(sent["data"].as_array().unwrap().iter().any(|m| m["id"] == json!(msg_id) && m["status"] == 0), "{sent}");
+    let (_, stats) = api.op(Method::GET, &format!("/api/v1/app/shop/endpoint/{ep_id}/stats"), None).await;
+    assert!(stats["success"].as_i64().unwrap() >= 1 && stats["p99Ms"].is_number(), "{stats}");
+
+    // A resend: the same webhook-id again, marked manual.
+    let (s, b) = api.op(Method::POST, &format!("/api/v1/app/shop/msg/{msg_id}/endpoint/{ep_id}/resend"), None).await;
+    assert_eq!(s, StatusCode::ACCEPTED, "{b}");
+    assert!(
+        eventually(Duration::from_secs(30), || async {
+            receiver.received().iter().filter(|r| r.webhook_id == msg_id).count() >= 2
+        })
+        .await,
+        "resent"
+    );
+    assert!(receiver.received().iter().all(|r| r.verified));
+    assert!(
+        eventually(Duration::from_secs(20), || async {
+            let (_, a) = api.op(Method::GET, &format!("/api/v1/app/shop/attempt/msg/{msg_id}"), None).await;
+            a["data"].as_array().unwrap().iter().any(|x| x["triggerType"] == 1)
+        })
+        .await,
+        "the resend's attempt is manual"
+    );
+
+    // Filters and content.
+    let (_, only) = api.op(Method::GET, "/api/v1/app/shop/msg?event_types=user.created", None).await;
+    assert_eq!(only["data"].as_array().unwrap().len(), 1, "{only}");
+    let (_, bare) = api.op(Method::GET, "/api/v1/app/shop/msg?with_content=false", None).await;
+    assert!(bare["data"].as_array().unwrap().iter().all(|m| m["payload"] == json!({})));
+    let (s, _) = api.op(Method::DELETE, &format!("/api/v1/app/shop/msg/{msg_id}/content"), None).await;
+    assert_eq!(s, StatusCode::NO_CONTENT);
+    let (_, got) = api.op(Method::GET, &format!("/api/v1/app/{app_id}/msg/{msg_id}"), None).await;
+    assert_eq!(got["payload"], json!({}), "expunged");
+    pipeline.cancel();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn message_pages_are_stable_while_messages_are_added() {
+    let env = TestEnv::new(1).await.unwrap();
+    let api = Api::start(common::api_config(&env)).await;
+    let tenant = env.tenant("t").await.unwrap();
+    let path = format!("/api/v1/app/{tenant}/msg");
+    let mut before = Vec::new();
+    let creates = (0..300).map(|i| api.op(Method::POST, &path, Some(json!({"eventType": "a.b", "payload": {"i": i}}))));
+    for (s, m) in futures::future::join_all(creates).await {
+        assert_eq!(s, StatusCode::ACCEPTED);
+        before.push(m["id"].as_str().unwrap().to_string());
+    }
+    // Pages of 40 while another 200 messages are created.
+    let adding = async {
+        for i in 0..200 {
+            api.op(Method::POST, &path, Some(json!({"eventType": "a.b", "payload": {"late": i}}))).await;
+        }
+    };
+    let walking = async {
+        let mut seen: Vec<String> = Vec::new();
+        let mut iterator: Option<String> = None;
+        loop {
+            let q = match &iterator {
+                Some(i) => format!("{path}?limit=40&with_content=false&iterator={i}"),
+                None => format!("{path}?limit=40&with_content=false"),
+            };
+            let (_, page) = api.op(Method::GET, &q, None).await;
+            seen.extend(page["data"].as_array().unwrap().iter().map(|m| m["id"].as_str().unwrap().to_string()));
+            if page["done"] == true {
+                break seen;
+            }
+            iterator = page["iterator"].as_str().map(str::to_string);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    let ((), seen) = tokio::join!(adding, walking);
+    let distinct: std::collections::HashSet<&String> = seen.iter().collect();
+    assert_eq!(distinct.len(), seen.len(), "no message twice");
+    for id in &before {
+        assert!(distinct.contains(id), "every message that existed when the walk started is seen");
+    }
+    let mut sorted = seen.clone();
+    sorted.sort_by(|a, b| b.cmp(a));
+    assert_eq!(seen, sorted, "newest first, in id order");
+    // A page back from the second page is the first page.
+    let (_, p1) = api.op(Method::GET, &format!("{path}?limit=10"), None).await;
+    let (_, p2) = api.op(Method::GET, &format!("{path}?limit=10&iterator={}", p1["iterator"].as_str().unwrap()), None).await;
+    let (_, back) = api.op(Method::GET, &format!("{path}?limit=10&iterator={}", p2["prevIterator"].as_str().unwrap()), None).await;
+    assert_eq!(back["data"], p1["data"]);
+}
