@@ -132,12 +132,13 @@ async fn applications_endpoints_and_event_types_with_svix_errors() {
     let (s, b) = api.op(Method::PUT, &format!("{ep_path}/{ep_id}"), Some(json!({"url": "https://hooks.example.com/v2"}))).await;
     assert_eq!((s, &b["disabled"], &b["throttleRate"]), (StatusCode::OK, &json!(false), &Value::Null), "PUT replaces: {b}");
     assert_eq!(b["timeoutMs"], 2000, "PUT keeps the extensions it does not name");
-    let (s, _) = api
+    let (s, new_key) = api
         .op(Method::POST, &format!("{ep_path}/{ep_id}/secret/rotate"), Some(json!({"gracePeriodSeconds": 60})))
         .await;
-    assert_eq!(s, StatusCode::NO_CONTENT);
+    assert_eq!(s, StatusCode::OK);
     let (_, rotated) = api.op(Method::GET, &format!("{ep_path}/{ep_id}/secret"), None).await;
     assert_ne!(rotated["key"].as_str(), Some(secret.as_str()), "the new secret after a rotation");
+    assert_eq!(rotated["key"], new_key["key"]);
     let (s, b) = api.op(Method::GET, &format!("{ep_path}/{ep_id}/headers"), None).await;
     assert_eq!((s, b), (StatusCode::OK, json!({"headers": {}, "sensitive": []})));
     let (s, b) = api.op(Method::PUT, &format!("{ep_path}/{ep_id}/headers"), Some(json!({"headers": {"x-a": "b"}}))).await;

@@ -391,12 +391,12 @@ pub async fn list_attempted_destinations(
 /// filter).
 #[utoipa::path(post, path = "/api/v1/app/{app_id}/msg/{msg_id}/endpoint/{endpoint_id}/resend", operation_id = "v1.message-attempt.resend", tag = "Message Attempt",
     params(("app_id" = String, Path), ("msg_id" = String, Path), ("endpoint_id" = String, Path)),
-    responses((status = 202), Errors))]
+    responses((status = 202, body = Object, description = "An empty object"), Errors))]
 pub async fn resend(
     State(state): State<AppState>,
     who: Principal,
     Path((app_id, msg_id, endpoint_id)): Path<(String, String, String)>,
-) -> ApiResult<StatusCode> {
+) -> ApiResult<(StatusCode, axum::Json<serde_json::Value>)> {
     let tenant = tenant_of(&state, &who, &app_id).await?;
     let msg = message_of(&state, tenant, &msg_id, true).await?;
     let ep = endpoint_of(&state, tenant, &endpoint_id).await?;
@@ -408,7 +408,7 @@ pub async fn resend(
         .clone()
         .ok_or_else(|| ApiError::Unavailable("retries are disabled: resends cannot be delivered".into()))?;
     replayer.send_event(envelope(&msg), ep.id, None).await?;
-    Ok(StatusCode::ACCEPTED)
+    Ok((StatusCode::ACCEPTED, axum::Json(serde_json::json!({}))))
 }
 
 #[cfg(test)]

@@ -280,13 +280,13 @@ pub async fn get_secret(
 #[utoipa::path(post, path = "/api/v1/app/{app_id}/endpoint/{endpoint_id}/secret/rotate", operation_id = "v1.endpoint.rotate-secret", tag = "Endpoint",
     params(("app_id" = String, Path), ("endpoint_id" = String, Path)),
     request_body = EndpointSecretRotateIn,
-    responses((status = 204), Errors))]
+    responses((status = 200, body = EndpointSecretOut, description = "The new secret (Svix's 1.x document says 204; its SDKs v2 read this body)"), Errors))]
 pub async fn rotate_secret(
     State(state): State<AppState>,
     who: Principal,
     Path((app_id, endpoint_id)): Path<(String, String)>,
     Json(input): Json<EndpointSecretRotateIn>,
-) -> ApiResult<StatusCode> {
+) -> ApiResult<axum::Json<EndpointSecretOut>> {
     let tenant = tenant_of(&state, &who, &app_id).await?;
     let ep = endpoint_of(&state, tenant, &endpoint_id).await?;
     let grace = input.grace_period_seconds.unwrap_or(86_400);
@@ -297,7 +297,7 @@ pub async fn rotate_secret(
         Some(k) => parse_secret(k, "key")?,
         None => Secret::generate(),
     };
-    hookstream_store::endpoints::rotate_secret_to(
+    let secret = hookstream_store::endpoints::rotate_secret_to(
         &state.pool,
         &state.sealer,
         ep.id,
@@ -305,7 +305,7 @@ pub async fn rotate_secret(
         Duration::from_secs(u64::from(grace)),
     )
     .await?;
-    Ok(StatusCode::NO_CONTENT)
+    Ok(axum::Json(EndpointSecretOut { key: secret.expose() }))
 }
 
 /// Recover failed messages
