@@ -109,7 +109,9 @@ pub struct NewKey {
 /// Makes a key; returns it with the key itself, which is not stored and not shown again.
 pub async fn create(pool: &PgPool, new: &NewKey) -> Result<(ApiKey, String), StoreError> {
     if new.name.len() > 200 {
-        return Err(StoreError::Invalid("key name must be at most 200 characters".into()));
+        return Err(StoreError::Invalid(
+            "key name must be at most 200 characters".into(),
+        ));
     }
     let token = generate(new.kind);
     let key = sqlx::query_as::<_, ApiKey>(&format!(
@@ -143,7 +145,11 @@ pub async fn find_by_hash(pool: &PgPool, hash: &[u8; 32]) -> Result<Option<ApiKe
 }
 
 /// A tenant's keys (every tenant's without one), newest first.
-pub async fn list(pool: &PgPool, tenant: Option<Uuid>, include_portal: bool) -> Result<Vec<ApiKey>, StoreError> {
+pub async fn list(
+    pool: &PgPool,
+    tenant: Option<Uuid>,
+    include_portal: bool,
+) -> Result<Vec<ApiKey>, StoreError> {
     Ok(sqlx::query_as::<_, ApiKey>(&format!(
         "SELECT {COLUMNS} FROM hookstream.api_keys
           WHERE ($1::uuid IS NULL OR tenant_id = $1) AND ($2 OR kind = 'tenant')

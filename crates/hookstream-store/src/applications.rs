@@ -66,9 +66,7 @@ fn clash(e: sqlx::Error, fields: &AppFields) -> StoreError {
 fn check(fields: &AppFields) -> Result<(), StoreError> {
     let name = fields.name.trim();
     if name.is_empty() || name.len() > 200 {
-        return Err(StoreError::Invalid(
-            "name must be 1 to 200 characters".into(),
-        ));
+        return Err(StoreError::Invalid("name must be 1 to 200 characters".into()));
     }
     Ok(())
 }
@@ -88,15 +86,18 @@ pub async fn create(pool: &PgPool, fields: &AppFields) -> Result<Application, St
 }
 
 /// The tenant `app` names, if it exists (and, with `scope`, only if it is that tenant).
-pub async fn find(pool: &PgPool, app: &AppRef, scope: Option<Uuid>) -> Result<Option<Application>, StoreError> {
+pub async fn find(
+    pool: &PgPool,
+    app: &AppRef,
+    scope: Option<Uuid>,
+) -> Result<Option<Application>, StoreError> {
     let (id, uid) = match app {
         AppRef::Id(id) => (Some(*id), None),
         AppRef::Uid(uid) => (None, Some(uid.as_str())),
     };
     let by = if id.is_some() { "id = $1" } else { "uid = $2" };
-    let sql = format!(
-        "SELECT {COLUMNS} FROM hookstream.tenants WHERE {by} AND ($3::uuid IS NULL OR id = $3)"
-    );
+    let sql =
+        format!("SELECT {COLUMNS} FROM hookstream.tenants WHERE {by} AND ($3::uuid IS NULL OR id = $3)");
     Ok(sqlx::query_as::<_, Application>(&sql)
         .bind(id)
         .bind(uid)
@@ -110,18 +111,22 @@ pub async fn resolve(pool: &PgPool, app: &AppRef, scope: Option<Uuid>) -> Result
     Ok(match app {
         AppRef::Id(id) => match scope {
             Some(s) if s != *id => None,
-            _ => sqlx::query_scalar("SELECT id FROM hookstream.tenants WHERE id = $1")
-                .bind(*id)
-                .fetch_optional(pool)
-                .await?,
+            _ => {
+                sqlx::query_scalar("SELECT id FROM hookstream.tenants WHERE id = $1")
+                    .bind(*id)
+                    .fetch_optional(pool)
+                    .await?
+            }
         },
-        AppRef::Uid(uid) => sqlx::query_scalar(
-            "SELECT id FROM hookstream.tenants WHERE uid = $1 AND ($2::uuid IS NULL OR id = $2)",
-        )
-        .bind(uid)
-        .bind(scope)
-        .fetch_optional(pool)
-        .await?,
+        AppRef::Uid(uid) => {
+            sqlx::query_scalar(
+                "SELECT id FROM hookstream.tenants WHERE uid = $1 AND ($2::uuid IS NULL OR id = $2)",
+            )
+            .bind(uid)
+            .bind(scope)
+            .fetch_optional(pool)
+            .await?
+        }
     })
 }
 
@@ -139,9 +144,14 @@ pub async fn list(
         q.push(" AND id = ").push_bind(s);
     }
     if let Some(c) = cursor {
-        q.push(if descending { " AND id < " } else { " AND id > " }).push_bind(c);
+        q.push(if descending { " AND id < " } else { " AND id > " })
+            .push_bind(c);
     }
-    q.push(if descending { " ORDER BY id DESC" } else { " ORDER BY id" });
+    q.push(if descending {
+        " ORDER BY id DESC"
+    } else {
+        " ORDER BY id"
+    });
     q.push(" LIMIT ").push_bind(limit);
     Ok(q.build_query_as().fetch_all(pool).await?)
 }

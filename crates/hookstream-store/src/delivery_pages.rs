@@ -141,7 +141,9 @@ pub async fn attempted_messages(
                 status AS last_status
            FROM hookstream.attempts WHERE tenant_id = ",
     );
-    q.push_bind(tenant).push(" AND endpoint_id = ").push_bind(endpoint);
+    q.push_bind(tenant)
+        .push(" AND endpoint_id = ")
+        .push_bind(endpoint);
     if let Some(c) = cursor {
         q.push(" AND event_id < ").push_bind(c);
     }

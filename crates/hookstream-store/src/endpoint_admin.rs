@@ -39,7 +39,8 @@ pub struct ManagedEndpoint {
     pub failing_since: Option<DateTime<Utc>>,
 }
 
-const COLUMNS: &str = "id, tenant_id, url, description, event_types, enabled, disabled_reason, rate_limit_per_s, \
+const COLUMNS: &str =
+    "id, tenant_id, url, description, event_types, enabled, disabled_reason, rate_limit_per_s, \
                        timeout_ms, max_in_flight, uid, metadata, created_at, updated_at, failing_since";
 
 /// An endpoint named by its id or, within its tenant, by its uid.
@@ -100,7 +101,9 @@ fn check(f: &EndpointFields) -> Result<Vec<String>, StoreError> {
         return Err(StoreError::Invalid("concurrency cap must be 1 to 1000".into()));
     }
     if f.description.len() > 10_000 {
-        return Err(StoreError::Invalid("description must be at most 10000 bytes".into()));
+        return Err(StoreError::Invalid(
+            "description must be at most 10000 bytes".into(),
+        ));
     }
     Ok(filter.patterns().to_vec())
 }
@@ -152,7 +155,11 @@ pub async fn create(
 }
 
 /// One of `tenant`'s endpoints.
-pub async fn find(pool: &PgPool, tenant: Uuid, ep: &EndpointRef) -> Result<Option<ManagedEndpoint>, StoreError> {
+pub async fn find(
+    pool: &PgPool,
+    tenant: Uuid,
+    ep: &EndpointRef,
+) -> Result<Option<ManagedEndpoint>, StoreError> {
     let (id, uid) = match ep {
         EndpointRef::Id(id) => (Some(*id), None),
         EndpointRef::Uid(uid) => (None, Some(uid.as_str())),
@@ -171,7 +178,11 @@ pub async fn find(pool: &PgPool, tenant: Uuid, ep: &EndpointRef) -> Result<Optio
 }
 
 /// Several of `tenant`'s endpoints by id (those that exist).
-pub async fn find_many(pool: &PgPool, tenant: Uuid, ids: &[Uuid]) -> Result<Vec<ManagedEndpoint>, StoreError> {
+pub async fn find_many(
+    pool: &PgPool,
+    tenant: Uuid,
+    ids: &[Uuid],
+) -> Result<Vec<ManagedEndpoint>, StoreError> {
     Ok(sqlx::query_as::<_, ManagedEndpoint>(&format!(
         "SELECT {COLUMNS} FROM hookstream.endpoints WHERE tenant_id = $1 AND id = ANY($2)"
     ))
@@ -194,7 +205,8 @@ pub async fn list(
     ));
     q.push_bind(tenant);
     if let Some(c) = cursor {
-        q.push(if descending { " AND id < " } else { " AND id > " }).push_bind(c);
+        q.push(if descending { " AND id < " } else { " AND id > " })
+            .push_bind(c);
     }
     q.push(if descending {
         " ORDER BY id DESC"

@@ -40,7 +40,9 @@ pub fn valid_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 200
         && name.split('.').all(|w| {
-            !w.is_empty() && w.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'-')
+            !w.is_empty()
+                && w.bytes()
+                    .all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'-')
         })
 }
 
@@ -113,12 +115,12 @@ pub async fn get(pool: &PgPool, name: &str) -> Result<Option<EventType>, StoreEr
 
 /// Which of `names` are in the catalogue and not archived.
 pub async fn active_among(pool: &PgPool, names: &[String]) -> Result<Vec<String>, StoreError> {
-    Ok(sqlx::query_scalar(
-        "SELECT name FROM hookstream.event_types WHERE name = ANY($1) AND NOT archived",
+    Ok(
+        sqlx::query_scalar("SELECT name FROM hookstream.event_types WHERE name = ANY($1) AND NOT archived")
+            .bind(names)
+            .fetch_all(pool)
+            .await?,
     )
-    .bind(names)
-    .fetch_all(pool)
-    .await?)
 }
 
 /// A page of types in name order after (or, descending, before) `cursor`.
@@ -135,8 +137,12 @@ pub async fn list(
         q.push(" AND NOT archived");
     }
     if let Some(c) = cursor {
-        q.push(if descending { " AND name < " } else { " AND name > " })
-            .push_bind(c.to_string());
+        q.push(if descending {
+            " AND name < "
+        } else {
+            " AND name > "
+        })
+        .push_bind(c.to_string());
     }
     q.push(if descending {
         " ORDER BY name DESC"

@@ -153,7 +153,12 @@ pub fn v7_floor(at: DateTime<Utc>) -> Uuid {
 }
 
 /// One of a tenant's messages.
-pub async fn get(pool: &PgPool, tenant: Uuid, id: Uuid, with_content: bool) -> Result<Option<Message>, StoreError> {
+pub async fn get(
+    pool: &PgPool,
+    tenant: Uuid,
+    id: Uuid,
+    with_content: bool,
+) -> Result<Option<Message>, StoreError> {
     let Some(at) = v7_time(id) else {
         return Ok(None);
     };
@@ -266,7 +271,9 @@ pub async fn list(
         }
     }
     if !filter.event_types.is_empty() {
-        q.push(" AND event_type = ANY(").push_bind(filter.event_types.clone()).push(")");
+        q.push(" AND event_type = ANY(")
+            .push_bind(filter.event_types.clone())
+            .push(")");
     }
     q.push(if descending {
         " ORDER BY event_id DESC"
@@ -287,14 +294,19 @@ fn v7_time_any(id: Uuid) -> Option<DateTime<Utc>> {
 
 /// Creates the day partitions of `from` and the `days - 1` days after it; returns the days that
 /// could not be created now (locked, or rows of that day already in the default partition).
-pub async fn ensure_partitions(pool: &PgPool, from: NaiveDate, days: u32) -> Result<Vec<NaiveDate>, StoreError> {
+pub async fn ensure_partitions(
+    pool: &PgPool,
+    from: NaiveDate,
+    days: u32,
+) -> Result<Vec<NaiveDate>, StoreError> {
     let mut missed = Vec::new();
     for d in 0..days {
         let day = from + chrono::Days::new(u64::from(d));
-        let made: Result<bool, sqlx::Error> = sqlx::query_scalar("SELECT hookstream.ensure_message_partition($1)")
-            .bind(day)
-            .fetch_one(pool)
-            .await;
+        let made: Result<bool, sqlx::Error> =
+            sqlx::query_scalar("SELECT hookstream.ensure_message_partition($1)")
+                .bind(day)
+                .fetch_one(pool)
+                .await;
         match made {
             Ok(true) => {}
             Ok(false) => missed.push(day),
@@ -341,7 +353,10 @@ mod tests {
         let at = v7_time(id).unwrap();
         assert!(v7_floor(at) <= id);
         assert!(v7_floor(at + Duration::milliseconds(1)) > id);
-        assert_eq!(v7_time_any(v7_floor(at)).unwrap().timestamp_millis(), at.timestamp_millis());
+        assert_eq!(
+            v7_time_any(v7_floor(at)).unwrap().timestamp_millis(),
+            at.timestamp_millis()
+        );
         assert_eq!(v7_time(Uuid::new_v4()), None);
     }
 }

@@ -153,10 +153,7 @@ impl Authenticator {
         let key = self.lookup(digest).await?;
         let now = Utc::now();
         Ok(key.filter(|k| k.is_active(now)).map(|k| {
-            self.used
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(k.id);
+            self.used.lock().unwrap_or_else(|p| p.into_inner()).insert(k.id);
             Principal::Tenant {
                 key_id: k.id,
                 tenant: k.tenant_id,

@@ -133,7 +133,10 @@ impl Validate for ApiSettings {
             return err("api.rate_limit.burst must be at least 1 when a rate is set".into());
         }
         for (key, value) in [
-            ("api.message_retention_days", u64::from(self.message_retention_days)),
+            (
+                "api.message_retention_days",
+                u64::from(self.message_retention_days),
+            ),
             ("api.partition_days_ahead", u64::from(self.partition_days_ahead)),
             ("api.maintenance_interval_ms", self.maintenance_interval_ms),
             ("api.message_writers", self.message_writers as u64),
@@ -151,11 +154,18 @@ impl Validate for ApiSettings {
             return err("api.recover_rate_per_s must be a positive number".into());
         }
         if url::Url::parse(&self.portal_url).map_or(true, |u| !matches!(u.scheme(), "http" | "https")) {
-            return err(format!("api.portal_url must be an http(s) URL, not {:?}", self.portal_url));
+            return err(format!(
+                "api.portal_url must be an http(s) URL, not {:?}",
+                self.portal_url
+            ));
         }
         for o in &self.cors_allowed_origins {
-            if o.parse::<axum::http::HeaderValue>().is_err() || !(o.starts_with("http://") || o.starts_with("https://")) {
-                return err(format!("api.cors_allowed_origins: {o:?} is not an origin (https://host[:port])"));
+            if o.parse::<axum::http::HeaderValue>().is_err()
+                || !(o.starts_with("http://") || o.starts_with("https://"))
+            {
+                return err(format!(
+                    "api.cors_allowed_origins: {o:?} is not an origin (https://host[:port])"
+                ));
             }
         }
         Ok(())
@@ -196,25 +206,39 @@ mod tests {
         assert_eq!(cfg.api.listen, "127.0.0.1:8080");
         for (toml, key) in [
             ("[api]\nlisten = \"nope\"\n", "api.listen"),
-            ("[api]\noperator_token_hashes = [\"abc\"]\n", "api.operator_token_hashes[0]"),
-            ("[api]\noperator_token_hashes = [\"sha256:abcd\"]\n", "api.operator_token_hashes[0]"),
+            (
+                "[api]\noperator_token_hashes = [\"abc\"]\n",
+                "api.operator_token_hashes[0]",
+            ),
+            (
+                "[api]\noperator_token_hashes = [\"sha256:abcd\"]\n",
+                "api.operator_token_hashes[0]",
+            ),
             ("[api]\nmessage_writers = 0\n", "api.message_writers"),
             ("[api]\nmessage_batch_rows = 5000\n", "api.message_batch_rows"),
             ("[api]\nportal_url = \"ftp://x\"\n", "api.portal_url"),
             ("[api.rate_limit]\nburst = 0\n", "api.rate_limit.burst"),
-            ("[api]\ncors_allowed_origins = [\"*\"]\n", "api.cors_allowed_origins"),
+            (
+                "[api]\ncors_allowed_origins = [\"*\"]\n",
+                "api.cors_allowed_origins",
+            ),
             ("[api]\nunknown = 1\n", "unknown"),
         ] {
             let e = load(toml).expect_err(toml).to_string();
             assert!(e.contains(key), "{toml}: {e}");
         }
-        let e = hookstream_config::load_toml_str::<Config>("").unwrap_err().to_string();
+        let e = hookstream_config::load_toml_str::<Config>("")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("secrets.key"), "{e}");
         let ok = load(&format!(
             "[api]\noperator_token_hashes = [\"sha256:{}\"]\n",
             "ab".repeat(32)
         ))
         .unwrap();
-        assert_eq!(parse_token_hash(&ok.api.operator_token_hashes[0]).unwrap(), [0xab; 32]);
+        assert_eq!(
+            parse_token_hash(&ok.api.operator_token_hashes[0]).unwrap(),
+            [0xab; 32]
+        );
     }
 }

@@ -77,7 +77,10 @@ impl ApiError {
 
     /// A feature Svix has and Hookstream does not, asked for in a body field.
     pub fn unsupported(field: &str, what: &str) -> Self {
-        Self::body(field, format!("{what} are not supported by Hookstream (see docs/api.md)"))
+        Self::body(
+            field,
+            format!("{what} are not supported by Hookstream (see docs/api.md)"),
+        )
     }
 
     pub fn not_found(what: &str) -> Self {
@@ -132,7 +135,9 @@ impl From<hookstream_replay::ReplayError> for ApiError {
         use hookstream_replay::ReplayError as R;
         match e {
             R::Store(s) => s.into(),
-            R::EndpointDisabled { .. } => ApiError::Conflict("the endpoint is disabled: enable it first".into()),
+            R::EndpointDisabled { .. } => {
+                ApiError::Conflict("the endpoint is disabled: enable it first".into())
+            }
             R::RetriesDisabled | R::NoTier | R::TopicMissing(_) => {
                 ApiError::Unavailable(format!("resends cannot be delivered: {e}"))
             }

@@ -148,7 +148,10 @@ mod tests {
     #[test]
     fn errors_name_the_field() {
         assert!(parse_json::<In>(br#"{"url":"x"}"#).is_ok());
-        assert_eq!(loc(parse_json::<In>(br#"{"url":5}"#).unwrap_err()), ["body", "url"]);
+        assert_eq!(
+            loc(parse_json::<In>(br#"{"url":5}"#).unwrap_err()),
+            ["body", "url"]
+        );
         assert_eq!(loc(parse_json::<In>(br#"{"n":1}"#).unwrap_err()), ["body", "url"]);
         assert_eq!(
             loc(parse_json::<In>(br#"{"url":"x","n":70000}"#).unwrap_err()),
@@ -158,8 +161,14 @@ mod tests {
             loc(parse_json::<In>(br#"{"url":"x","tags":["a",2]}"#).unwrap_err()),
             ["body", "tags", "1"]
         );
-        assert!(matches!(parse_json::<In>(b"{\"url\":"), Err(ApiError::BadRequest(_))));
-        assert!(matches!(parse_json::<In>(b"not json"), Err(ApiError::BadRequest(_))));
+        assert!(matches!(
+            parse_json::<In>(b"{\"url\":"),
+            Err(ApiError::BadRequest(_))
+        ));
+        assert!(matches!(
+            parse_json::<In>(b"not json"),
+            Err(ApiError::BadRequest(_))
+        ));
         assert!(matches!(parse_json::<In>(b""), Err(ApiError::BadRequest(_))));
     }
 }

@@ -41,9 +41,9 @@ use hookstream_telemetry::{Health, ServiceError, Supervisor, TaskFailed};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tower_http::normalize_path::NormalizePathLayer;
-use tower_http::cors::CorsLayer;
 use tower::Layer as _;
+use tower_http::cors::CorsLayer;
+use tower_http::normalize_path::NormalizePathLayer;
 
 pub use config::{ApiSettings, Config};
 
@@ -111,10 +111,11 @@ pub async fn run(
     if cfg.database.migrate_on_start {
         hookstream_store::migrate(&pool).await?;
     }
-    let payload_limit: i32 = hookstream_store::sqlx::query_scalar("SELECT max_payload_bytes FROM hookstream.settings")
-        .fetch_one(&pool)
-        .await
-        .map_err(StoreError::from)?;
+    let payload_limit: i32 =
+        hookstream_store::sqlx::query_scalar("SELECT max_payload_bytes FROM hookstream.settings")
+            .fetch_one(&pool)
+            .await
+            .map_err(StoreError::from)?;
     let payload_limit = payload_limit.max(0) as usize;
     let body_limit = match cfg.api.max_body_bytes {
         0 => payload_limit + 64 * 1024,
@@ -169,12 +170,9 @@ pub async fn run(
     let addr = listener.local_addr()?;
     supervisor.spawn("http", async move {
         let app = NormalizePathLayer::trim_trailing_slash().layer(app);
-        axum::serve(
-            listener,
-            axum::ServiceExt::<Request>::into_make_service(app),
-        )
-        .with_graceful_shutdown(async move { stop.cancelled().await })
-        .await?;
+        axum::serve(listener, axum::ServiceExt::<Request>::into_make_service(app))
+            .with_graceful_shutdown(async move { stop.cancelled().await })
+            .await?;
         // Recoveries started by requests finish (or are cut at the grace period: a dead letter
         // not marked replayed stays replayable).
         tasks.close();
@@ -212,12 +210,21 @@ pub fn router(state: AppState, body_limit: usize, cfg: &ApiSettings) -> Result<R
         let origins: Vec<HeaderValue> = cfg
             .cors_allowed_origins
             .iter()
-            .map(|o| o.parse().map_err(|_| ApiServiceError::Config(format!("bad origin {o:?}"))))
+            .map(|o| {
+                o.parse()
+                    .map_err(|_| ApiServiceError::Config(format!("bad origin {o:?}")))
+            })
             .collect::<Result<_, _>>()?;
         router = router.layer(
             CorsLayer::new()
                 .allow_origin(origins)
-                .allow_methods([Method::GET, Method::POST, Method::PUT, Method::PATCH, Method::DELETE])
+                .allow_methods([
+                    Method::GET,
+                    Method::POST,
+                    Method::PUT,
+                    Method::PATCH,
+                    Method::DELETE,
+                ])
                 .allow_headers([
                     axum::http::header::AUTHORIZATION,
                     axum::http::header::CONTENT_TYPE,

@@ -10,7 +10,10 @@ use clap::Parser;
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[derive(Parser)]
-#[command(version, about = "Hookstream's admin REST API (wire-compatible with Svix's API v1)")]
+#[command(
+    version,
+    about = "Hookstream's admin REST API (wire-compatible with Svix's API v1)"
+)]
 struct Args {
     /// TOML configuration file; `HOOKSTREAM_<SECTION>__<KEY>` environment variables override it.
     #[arg(long, short, env = "HOOKSTREAM_CONFIG")]

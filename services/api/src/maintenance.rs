@@ -13,7 +13,11 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::ApiSettings;
 
-pub async fn run(pool: PgPool, cfg: ApiSettings, shutdown: CancellationToken) -> Result<(), std::convert::Infallible> {
+pub async fn run(
+    pool: PgPool,
+    cfg: ApiSettings,
+    shutdown: CancellationToken,
+) -> Result<(), std::convert::Infallible> {
     let every = Duration::from_millis(cfg.maintenance_interval_ms);
     loop {
         if let Err(e) = round(&pool, &cfg).await {

@@ -32,7 +32,10 @@ impl ApiMetrics {
             requests: register(
                 r,
                 IntCounterVec::new(
-                    Opts::new("hookstream_api_requests_total", "API requests answered, by route template and status class"),
+                    Opts::new(
+                        "hookstream_api_requests_total",
+                        "API requests answered, by route template and status class",
+                    ),
                     &["route", "method", "status"],
                 )
                 .expect("valid metric"),
@@ -44,7 +47,9 @@ impl ApiMetrics {
                         "hookstream_api_request_duration_seconds",
                         "Time to answer an API request, by route template",
                     )
-                    .buckets(vec![0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5]),
+                    .buckets(vec![
+                        0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+                    ]),
                     &["route"],
                 )
                 .expect("valid metric"),
@@ -64,8 +69,11 @@ impl ApiMetrics {
             ),
             messages_created: register(
                 r,
-                IntCounter::new("hookstream_api_messages_created_total", "Messages created through the API")
-                    .expect("valid metric"),
+                IntCounter::new(
+                    "hookstream_api_messages_created_total",
+                    "Messages created through the API",
+                )
+                .expect("valid metric"),
             ),
             message_batch_rows: register(
                 r,

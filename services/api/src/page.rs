@@ -101,9 +101,15 @@ mod tests {
         // Rows read backwards from 3: 2, 1 (and no third).
         let page = req.finish(vec![2u32, 1], |n| n.to_string());
         assert_eq!(page.data, [1, 2]);
-        let last = PageReq::new(Some(5), Some("3".into())).unwrap().finish(Vec::<u32>::new(), |n| n.to_string());
+        let last = PageReq::new(Some(5), Some("3".into()))
+            .unwrap()
+            .finish(Vec::<u32>::new(), |n| n.to_string());
         assert!(last.done);
-        assert_eq!(last.iterator.as_deref(), Some("3"), "an empty page keeps the position");
+        assert_eq!(
+            last.iterator.as_deref(),
+            Some("3"),
+            "an empty page keeps the position"
+        );
         assert!(PageReq::new(Some(0), None).is_err());
         assert_eq!(PageReq::new(Some(1000), None).unwrap().limit, 250);
     }

@@ -37,8 +37,12 @@ fn body_for(op: &str) -> Option<Value> {
         "POST /api/v1/app/{app_id}/endpoint" | "PUT /api/v1/app/{app_id}/endpoint/{endpoint_id}" => url,
         "PATCH /api/v1/app/{app_id}/endpoint/{endpoint_id}" => json!({"description": "x"}),
         "POST /api/v1/app/{app_id}/endpoint/{endpoint_id}/secret/rotate" => json!({}),
-        "POST /api/v1/app/{app_id}/endpoint/{endpoint_id}/recover" => json!({"since": "2020-01-01T00:00:00Z"}),
-        "POST /api/v1/app/{app_id}/endpoint/{endpoint_id}/send-example" => json!({"eventType": "order.created"}),
+        "POST /api/v1/app/{app_id}/endpoint/{endpoint_id}/recover" => {
+            json!({"since": "2020-01-01T00:00:00Z"})
+        }
+        "POST /api/v1/app/{app_id}/endpoint/{endpoint_id}/send-example" => {
+            json!({"eventType": "order.created"})
+        }
         "PUT /api/v1/app/{app_id}/endpoint/{endpoint_id}/headers"
         | "PATCH /api/v1/app/{app_id}/endpoint/{endpoint_id}/headers" => json!({"headers": {}}),
         "POST /api/v1/app/{app_id}/msg" => json!({"eventType": "order.created", "payload": {}}),
@@ -81,14 +85,34 @@ async fn every_route_refuses_another_tenants_key_and_ids() {
     let api = Api::start(common::api_config(&env)).await;
 
     // Tenant A, with one of everything.
-    let (_, a) = api.op(Method::POST, "/api/v1/app", Some(json!({"name": "victim", "uid": "victim"}))).await;
+    let (_, a) = api
+        .op(
+            Method::POST,
+            "/api/v1/app",
+            Some(json!({"name": "victim", "uid": "victim"})),
+        )
+        .await;
     let a_id: Uuid = a["id"].as_str().unwrap().parse().unwrap();
-    let (_, ep) = api.op(Method::POST, "/api/v1/app/victim/endpoint", Some(json!({"url": "https://example.com/a"}))).await;
+    let (_, ep) = api
+        .op(
+            Method::POST,
+            "/api/v1/app/victim/endpoint",
+            Some(json!({"url": "https://example.com/a"})),
+        )
+        .await;
     let ep_id: Uuid = ep["id"].as_str().unwrap().parse().unwrap();
-    let (_, msg) = api.op(Method::POST, "/api/v1/app/victim/msg", Some(json!({"eventType": "order.created", "payload": {"secret": "of-a"}}))).await;
+    let (_, msg) = api
+        .op(
+            Method::POST,
+            "/api/v1/app/victim/msg",
+            Some(json!({"eventType": "order.created", "payload": {"secret": "of-a"}})),
+        )
+        .await;
     let msg_id: Uuid = msg["id"].as_str().unwrap().parse().unwrap();
     let started_at = Utc::now();
-    attempts::ensure_partition(&env.pool, started_at.date_naive()).await.unwrap();
+    attempts::ensure_partition(&env.pool, started_at.date_naive())
+        .await
+        .unwrap();
     attempts::insert_many(
         &env.pool,
         &[NewAttempt {
@@ -118,17 +142,39 @@ async fn every_route_refuses_another_tenants_key_and_ids() {
     )
     .await
     .unwrap();
-    let (_, atts) = api.op(Method::GET, &format!("/api/v1/app/victim/attempt/msg/{msg_id}"), None).await;
+    let (_, atts) = api
+        .op(
+            Method::GET,
+            &format!("/api/v1/app/victim/attempt/msg/{msg_id}"),
+            None,
+        )
+        .await;
     let attempt_id = atts["data"][0]["id"].as_str().expect("A's attempt").to_string();
-    api.op(Method::POST, "/api/v1/event-type", Some(json!({"name": "order.created", "description": "x"}))).await;
-    let (_, key) = api.op(Method::POST, "/api/v1/app/victim/api-key", Some(json!({"name": "a"}))).await;
+    api.op(
+        Method::POST,
+        "/api/v1/event-type",
+        Some(json!({"name": "order.created", "description": "x"})),
+    )
+    .await;
+    let (_, key) = api
+        .op(
+            Method::POST,
+            "/api/v1/app/victim/api-key",
+            Some(json!({"name": "a"})),
+        )
+        .await;
     let key_id = key["id"].as_str().unwrap().to_string();
 
     // Tenant B and its key.
     let b_id = env.tenant("attacker").await.unwrap();
     let b_key = common::tenant_key(&env, b_id, false).await;
 
-    let doc: Value = reqwest::get(format!("{}/api/v1/openapi.json", api.base)).await.unwrap().json().await.unwrap();
+    let doc: Value = reqwest::get(format!("{}/api/v1/openapi.json", api.base))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     let mut ops: Vec<(Method, String)> = Vec::new();
     for (path, item) in doc["paths"].as_object().unwrap() {
         for m in item.as_object().unwrap().keys() {
@@ -143,7 +189,10 @@ async fn every_route_refuses_another_tenants_key_and_ids() {
         .map(|(m, p)| format!("{m} {p}"))
         .filter(|op| expect_for(op).is_none())
         .collect();
-    assert!(missing.is_empty(), "routes without a cross-tenant case: {missing:?}");
+    assert!(
+        missing.is_empty(),
+        "routes without a cross-tenant case: {missing:?}"
+    );
 
     let fill = |p: &str, app: &str| {
         p.replace("{app_id}", app)
@@ -168,7 +217,13 @@ async fn every_route_refuses_another_tenants_key_and_ids() {
                 Expect::ReadableNoTenantData => {
                     assert!(status.is_success(), "{op}: {status} {resp}");
                     let text = resp.to_string();
-                    for leak in [a_id.to_string(), "victim".into(), ep_id.to_string(), msg_id.to_string(), "of-a".into()] {
+                    for leak in [
+                        a_id.to_string(),
+                        "victim".into(),
+                        ep_id.to_string(),
+                        msg_id.to_string(),
+                        "of-a".into(),
+                    ] {
                         assert!(!text.contains(&leak), "{op} shows A's {leak}: {text}");
                     }
                 }
@@ -176,7 +231,11 @@ async fn every_route_refuses_another_tenants_key_and_ids() {
             results.entry(op.clone()).or_default().0 = status.as_u16();
         }
         // B's own application with A's ids below it.
-        if template.contains("{app_id}/") && [ "{endpoint_id}", "{msg_id}", "{attempt_id}", "{key_id}"].iter().any(|s| template.contains(s)) {
+        if template.contains("{app_id}/")
+            && ["{endpoint_id}", "{msg_id}", "{attempt_id}", "{key_id}"]
+                .iter()
+                .any(|s| template.contains(s))
+        {
             let path = fill(template, &b_id.to_string());
             let (status, resp) = api.call(Some(&b_key), method.clone(), &path, body.clone()).await;
             let operator_only = template.contains("api-key");
@@ -188,7 +247,14 @@ async fn every_route_refuses_another_tenants_key_and_ids() {
         }
         // No credentials.
         if !PUBLIC.contains(&op.as_str()) {
-            let (status, _) = api.call(None, method.clone(), &fill(template, &a_id.to_string()), body.clone()).await;
+            let (status, _) = api
+                .call(
+                    None,
+                    method.clone(),
+                    &fill(template, &a_id.to_string()),
+                    body.clone(),
+                )
+                .await;
             assert_eq!(status, StatusCode::UNAUTHORIZED, "{op} without credentials");
             results.entry(op.clone()).or_default().1 = status.as_u16();
         }
@@ -196,12 +262,22 @@ async fn every_route_refuses_another_tenants_key_and_ids() {
     // Nothing of A changed: its application, endpoint, message and key are as they were.
     let (s, still) = api.op(Method::GET, "/api/v1/app/victim", None).await;
     assert_eq!((s, &still["name"]), (StatusCode::OK, &json!("victim")));
-    assert_eq!(api.op(Method::GET, &format!("/api/v1/app/victim/endpoint/{ep_id}"), None).await.0, StatusCode::OK);
-    let (_, m) = api.op(Method::GET, &format!("/api/v1/app/victim/msg/{msg_id}"), None).await;
+    assert_eq!(
+        api.op(Method::GET, &format!("/api/v1/app/victim/endpoint/{ep_id}"), None)
+            .await
+            .0,
+        StatusCode::OK
+    );
+    let (_, m) = api
+        .op(Method::GET, &format!("/api/v1/app/victim/msg/{msg_id}"), None)
+        .await;
     assert_eq!(m["payload"], json!({"secret": "of-a"}));
     let (_, keys) = api.op(Method::GET, "/api/v1/app/victim/api-key", None).await;
     assert!(keys["data"][0]["revokedAt"].is_null());
-    println!("{} operations checked (status with B's key, without credentials, under B's app):", results.len());
+    println!(
+        "{} operations checked (status with B's key, without credentials, under B's app):",
+        results.len()
+    );
     for (op, r) in &results {
         println!("  {op}: {r:?}");
     }

@@ -17,8 +17,15 @@ fn the_committed_openapi_document_is_what_the_code_generates() {
          `UPDATE_OPENAPI=1 cargo test -p api --test openapi` and commit it"
     );
     let value: serde_json::Value = serde_json::from_str(&generated).unwrap();
-    assert!(value["openapi"].as_str().unwrap().starts_with("3.1"), "OpenAPI 3.1");
-    for path in ["/api/v1/app", "/api/v1/app/{app_id}/msg", "/api/v1/event-type/{event_type_name}"] {
+    assert!(
+        value["openapi"].as_str().unwrap().starts_with("3.1"),
+        "OpenAPI 3.1"
+    );
+    for path in [
+        "/api/v1/app",
+        "/api/v1/app/{app_id}/msg",
+        "/api/v1/event-type/{event_type_name}",
+    ] {
         assert!(value["paths"].get(path).is_some(), "{path} documented");
     }
 }

@@ -23,7 +23,12 @@ async fn the_official_svix_python_sdk_works_unchanged() {
         .expect("run scripts/setup/svix-sdk.sh");
     assert!(setup.status.success(), "scripts/setup/svix-sdk.sh failed");
     let python = String::from_utf8(setup.stdout).unwrap();
-    let python = python.lines().last().expect("the script prints the python").trim().to_string();
+    let python = python
+        .lines()
+        .last()
+        .expect("the script prints the python")
+        .trim()
+        .to_string();
 
     let env = TestEnv::new(2).await.unwrap();
     let api = common::Api::start(common::api_config(&env)).await;

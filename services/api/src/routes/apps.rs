@@ -11,7 +11,9 @@ use super::{check_uid, metadata_json, metadata_of, tenant_of, Errors};
 use crate::auth::Principal;
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{Json, Path, Query};
-use crate::models::{AppCreateParams, ApplicationIn, ApplicationOut, ApplicationPatch, ListParams, ListResponse, Ordering};
+use crate::models::{
+    AppCreateParams, ApplicationIn, ApplicationOut, ApplicationPatch, ListParams, ListResponse, Ordering,
+};
 use crate::page::PageReq;
 use crate::AppState;
 
@@ -29,7 +31,10 @@ pub(crate) fn out(a: Application) -> ApplicationOut {
 
 pub(crate) fn fields(input: ApplicationIn) -> ApiResult<AppFields> {
     if !matches!(input.throttle_rate, None | Some(serde_json::Value::Null)) {
-        return Err(ApiError::unsupported("throttleRate", "application-wide rate limits"));
+        return Err(ApiError::unsupported(
+            "throttleRate",
+            "application-wide rate limits",
+        ));
     }
     if let Some(uid) = &input.uid {
         check_uid(uid, "uid")?;
@@ -64,7 +69,9 @@ pub async fn list(
     let cursor = req.cursor_as(|c| uuid::Uuid::parse_str(c).ok())?;
     let descending = req.descending(p.order == Some(Ordering::Descending));
     let rows = applications::list(&state.pool, who.scope(), cursor, descending, req.fetch()).await?;
-    Ok(axum::Json(req.finish(rows.into_iter().map(out).collect(), |a| a.id.clone())))
+    Ok(axum::Json(
+        req.finish(rows.into_iter().map(out).collect(), |a| a.id.clone()),
+    ))
 }
 
 /// Create an application
@@ -128,7 +135,9 @@ pub async fn update(
             if f.uid.is_none() {
                 f.uid = current.uid;
             }
-            let app = applications::update(&state.pool, current.id, &f).await.map_err(stored)?;
+            let app = applications::update(&state.pool, current.id, &f)
+                .await
+                .map_err(stored)?;
             Ok((StatusCode::OK, axum::Json(out(app))))
         }
         None => match app_ref {
@@ -163,7 +172,9 @@ pub async fn patch(
         metadata: Some(p.metadata.unwrap_or_else(|| metadata_of(&current.metadata))),
         throttle_rate: p.throttle_rate,
     })?;
-    let app = applications::update(&state.pool, current.id, &f).await.map_err(stored)?;
+    let app = applications::update(&state.pool, current.id, &f)
+        .await
+        .map_err(stored)?;
     Ok(axum::Json(out(app)))
 }
 

@@ -21,8 +21,8 @@ use crate::auth::Principal;
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{Path, Query};
 use crate::models::{
-    AttemptListParams, EndpointMessageOut, ListParams, ListResponse, MessageAttemptOut, MessageAttemptTriggerType,
-    MessageEndpointOut, MessageStatus,
+    AttemptListParams, EndpointMessageOut, ListParams, ListResponse, MessageAttemptOut,
+    MessageAttemptTriggerType, MessageEndpointOut, MessageStatus,
 };
 use crate::page::PageReq;
 use crate::AppState;
@@ -92,7 +92,11 @@ fn out(a: Attempt, urls: &HashMap<Uuid, String>, with_content: bool) -> MessageA
     }
 }
 
-async fn urls(state: &AppState, tenant: Uuid, ids: impl Iterator<Item = Uuid>) -> ApiResult<HashMap<Uuid, String>> {
+async fn urls(
+    state: &AppState,
+    tenant: Uuid,
+    ids: impl Iterator<Item = Uuid>,
+) -> ApiResult<HashMap<Uuid, String>> {
     let mut ids: Vec<Uuid> = ids.collect();
     ids.sort();
     ids.dedup();
@@ -106,7 +110,10 @@ async fn urls(state: &AppState, tenant: Uuid, ids: impl Iterator<Item = Uuid>) -
 /// The attempts a list asks for (None: nothing can match).
 fn filter_of(p: &AttemptListParams) -> ApiResult<Option<AttemptFilter>> {
     if p.channel.is_some() || p.tag.is_some() {
-        return Err(ApiError::field(&["query"], "channels and tags are not supported by Hookstream"));
+        return Err(ApiError::field(
+            &["query"],
+            "channels and tags are not supported by Hookstream",
+        ));
     }
     let delivered = match p.status {
         None => None,
@@ -144,7 +151,10 @@ async fn page(
 ) -> ApiResult<ListResponse<MessageAttemptOut>> {
     let req = PageReq::new(p.limit, p.iterator.clone())?;
     if req.backwards {
-        return Err(ApiError::field(&["query", "iterator"], "attempt lists page forwards only"));
+        return Err(ApiError::field(
+            &["query", "iterator"],
+            "attempt lists page forwards only",
+        ));
     }
     let cursor = req.cursor_as(parse_attempt_id)?;
     let with_content = p.with_content.unwrap_or(true);
@@ -267,12 +277,23 @@ pub async fn list_attempted_messages(
     let ep = endpoint_of(&state, tenant, &endpoint_id).await?;
     let req = PageReq::new(p.limit, p.iterator)?;
     if req.backwards {
-        return Err(ApiError::field(&["query", "iterator"], "this list pages forwards only"));
+        return Err(ApiError::field(
+            &["query", "iterator"],
+            "this list pages forwards only",
+        ));
     }
     let cursor = req.cursor_as(|c| Uuid::parse_str(c).ok())?;
     let with_content = p.with_content.unwrap_or(true);
-    let states = delivery_pages::attempted_messages(&state.pool, tenant, ep.id, cursor, p.before, p.after, req.fetch())
-        .await?;
+    let states = delivery_pages::attempted_messages(
+        &state.pool,
+        tenant,
+        ep.id,
+        cursor,
+        p.before,
+        p.after,
+        req.fetch(),
+    )
+    .await?;
     let ids: Vec<Uuid> = states.iter().map(|s| s.event_id).collect();
     let found: HashMap<Uuid, messages::Message> = messages::get_many(&state.pool, tenant, &ids, with_content)
         .await?
@@ -288,10 +309,13 @@ pub async fn list_attempted_messages(
                 id: s.event_id.to_string(),
                 event_type: m.map(|m| m.event_type.clone()).unwrap_or_default(),
                 payload: serde_json::value::RawValue::from_string(
-                    m.filter(|_| with_content).map_or_else(|| "{}".to_string(), |m| m.payload.clone()),
+                    m.filter(|_| with_content)
+                        .map_or_else(|| "{}".to_string(), |m| m.payload.clone()),
                 )
                 .unwrap_or_else(|_| serde_json::value::RawValue::from_string("{}".into()).expect("json")),
-                event_id: m.and_then(|m| m.idempotency_key.clone()).filter(|k| !k.contains(':')),
+                event_id: m
+                    .and_then(|m| m.idempotency_key.clone())
+                    .filter(|k| !k.contains(':')),
                 channels: None,
                 timestamp: messages::v7_time(s.event_id).unwrap_or(s.last_attempt_at),
                 status,
@@ -300,10 +324,16 @@ pub async fn list_attempted_messages(
             }
         })
         .collect();
-    Ok(axum::Json(req.finish(data, |m: &EndpointMessageOut| m.id.clone())))
+    Ok(axum::Json(
+        req.finish(data, |m: &EndpointMessageOut| m.id.clone()),
+    ))
 }
 
-fn destination(e: &ManagedEndpoint, status: MessageStatus, next_attempt: Option<DateTime<Utc>>) -> MessageEndpointOut {
+fn destination(
+    e: &ManagedEndpoint,
+    status: MessageStatus,
+    next_attempt: Option<DateTime<Utc>>,
+) -> MessageEndpointOut {
     MessageEndpointOut {
         id: e.id.to_string(),
         url: e.url.clone(),
@@ -340,7 +370,8 @@ pub async fn list_attempted_destinations(
     let cursor = req.cursor_as(|c| Uuid::parse_str(c).ok())?;
     let statuses = attempts::status(&state.pool, msg.event_id, Some(tenant)).await?;
     let mut rows: Vec<MessageEndpointOut> = Vec::new();
-    let attempted: HashMap<Uuid, &attempts::DeliveryStatus> = statuses.iter().map(|s| (s.endpoint_id, s)).collect();
+    let attempted: HashMap<Uuid, &attempts::DeliveryStatus> =
+        statuses.iter().map(|s| (s.endpoint_id, s)).collect();
     let ids: Vec<Uuid> = attempted.keys().copied().collect();
     for e in endpoint_admin::find_many(&state.pool, tenant, &ids).await? {
         let s = attempted[&e.id];
@@ -358,7 +389,12 @@ pub async fn list_attempted_destinations(
         }
         let matches = EventFilter::new(&e.event_types).is_ok_and(|f| f.matches(&msg.event_type));
         let recent = messages::v7_time(msg.event_id).is_some_and(|t| e.created_at <= t);
-        if matches && recent && hookstream_store::attempts::before_delivery(&state.pool, msg.event_id, Some(tenant)).await?.is_some() {
+        if matches
+            && recent
+            && hookstream_store::attempts::before_delivery(&state.pool, msg.event_id, Some(tenant))
+                .await?
+                .is_some()
+        {
             rows.push(destination(&e, MessageStatus::Pending, None));
         }
     }
@@ -401,7 +437,9 @@ pub async fn resend(
     let msg = message_of(&state, tenant, &msg_id, true).await?;
     let ep = endpoint_of(&state, tenant, &endpoint_id).await?;
     if !ep.enabled {
-        return Err(ApiError::Conflict("the endpoint is disabled: enable it first".into()));
+        return Err(ApiError::Conflict(
+            "the endpoint is disabled: enable it first".into(),
+        ));
     }
     let replayer = state
         .replayer

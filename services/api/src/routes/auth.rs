@@ -39,14 +39,19 @@ pub async fn app_portal_access(
             (AppRef::Uid(uid), Some(mut app), true) => {
                 super::check_uid(uid, "application.uid")?;
                 app.uid = Some(uid.clone());
-                applications::create(&state.pool, &super::apps::fields(app)?).await?.id
+                applications::create(&state.pool, &super::apps::fields(app)?)
+                    .await?
+                    .id
             }
             _ => return Err(ApiError::not_found("application")),
         },
     };
     let expiry = input.expiry.unwrap_or(state.cfg.portal_token_ttl_s);
     if !(1..=MAX_EXPIRY_S).contains(&expiry) {
-        return Err(ApiError::body("expiry", format!("must be 1 to {MAX_EXPIRY_S} seconds")));
+        return Err(ApiError::body(
+            "expiry",
+            format!("must be 1 to {MAX_EXPIRY_S} seconds"),
+        ));
     }
     // A read-only caller can only hand out read-only access.
     let caller_read_only = matches!(who, Principal::Tenant { read_only: true, .. });

@@ -14,7 +14,9 @@ use hookstream_store::endpoint_admin::{self, EndpointFields, EndpointPatch as St
 use hookstream_store::{attempts, dead_letters, delivery_pages, event_types, messages, StoreError};
 use uuid::Uuid;
 
-use super::{check_catalogue, check_uid, endpoint_of, metadata_json, metadata_of, refuse_set, tenant_of, Errors};
+use super::{
+    check_catalogue, check_uid, endpoint_of, metadata_json, metadata_of, refuse_set, tenant_of, Errors,
+};
 use crate::auth::Principal;
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{Json, Path, Query};
@@ -90,7 +92,11 @@ async fn fields(state: &AppState, input: EndpointIn) -> ApiResult<(EndpointField
     }
     let event_types = input.event_types.unwrap_or_default();
     check_catalogue(state, &event_types, "eventTypes").await?;
-    let secret = input.secret.as_deref().map(|s| parse_secret(s, "secret")).transpose()?;
+    let secret = input
+        .secret
+        .as_deref()
+        .map(|s| parse_secret(s, "secret"))
+        .transpose()?;
     Ok((
         EndpointFields {
             url: input.url,
@@ -122,7 +128,9 @@ pub async fn list(
     let cursor = req.cursor_as(|c| Uuid::parse_str(c).ok())?;
     let descending = req.descending(p.order == Some(Ordering::Descending));
     let rows = endpoint_admin::list(&state.pool, tenant, cursor, descending, req.fetch()).await?;
-    Ok(axum::Json(req.finish(rows.into_iter().map(out).collect(), |e| e.id.clone())))
+    Ok(axum::Json(
+        req.finish(rows.into_iter().map(out).collect(), |e| e.id.clone()),
+    ))
 }
 
 /// Create an endpoint
@@ -176,7 +184,13 @@ pub async fn update(
     let tenant = tenant_of(&state, &who, &app_id).await?;
     let secret_given = input.secret.is_some();
     let (mut f, secret) = fields(&state, input).await?;
-    match endpoint_admin::find(&state.pool, tenant, &endpoint_admin::EndpointRef::parse(&endpoint_id)).await? {
+    match endpoint_admin::find(
+        &state.pool,
+        tenant,
+        &endpoint_admin::EndpointRef::parse(&endpoint_id),
+    )
+    .await?
+    {
         Some(ep) => {
             if secret_given {
                 return Err(ApiError::body(
@@ -192,9 +206,10 @@ pub async fn update(
         None if Uuid::parse_str(&endpoint_id).is_err() => {
             check_uid(&endpoint_id, "uid")?;
             f.uid = Some(endpoint_id);
-            let (ep, _) = endpoint_admin::create(&state.pool, &state.sealer, &state.policy, tenant, &f, secret)
-                .await
-                .map_err(stored)?;
+            let (ep, _) =
+                endpoint_admin::create(&state.pool, &state.sealer, &state.policy, tenant, &f, secret)
+                    .await
+                    .map_err(stored)?;
             Ok((StatusCode::CREATED, axum::Json(out(ep))))
         }
         None => Err(ApiError::not_found("endpoint")),
@@ -291,7 +306,10 @@ pub async fn rotate_secret(
     let ep = endpoint_of(&state, tenant, &endpoint_id).await?;
     let grace = input.grace_period_seconds.unwrap_or(86_400);
     if grace > 604_800 {
-        return Err(ApiError::body("gracePeriodSeconds", "must be at most 604800 (7 days)"));
+        return Err(ApiError::body(
+            "gracePeriodSeconds",
+            "must be at most 604800 (7 days)",
+        ));
     }
     let secret = match input.key.as_deref() {
         Some(k) => parse_secret(k, "key")?,
@@ -340,10 +358,9 @@ pub async fn recover(
 
 /// Starts a dead-letter replay in the background.
 pub(crate) fn start_replay(state: &AppState, filter: dead_letters::Filter) -> ApiResult<RecoverOut> {
-    let replayer = state
-        .replayer
-        .clone()
-        .ok_or_else(|| ApiError::Unavailable("retries are disabled: recoveries cannot be delivered".into()))?;
+    let replayer = state.replayer.clone().ok_or_else(|| {
+        ApiError::Unavailable("retries are disabled: recoveries cannot be delivered".into())
+    })?;
     let task = Uuid::now_v7();
     let opts = hookstream_replay::ReplayOptions {
         rate_per_s: state.cfg.recover_rate_per_s,
@@ -381,8 +398,11 @@ pub async fn stats(
 ) -> ApiResult<axum::Json<EndpointStats>> {
     let tenant = tenant_of(&state, &who, &app_id).await?;
     let ep = endpoint_of(&state, tenant, &endpoint_id).await?;
-    let since = p.since.unwrap_or_else(|| Utc::now() - chrono::Duration::hours(24));
-    let counts = delivery_pages::endpoint_state_counts(&state.pool, tenant, ep.id, Some(since), p.until).await?;
+    let since = p
+        .since
+        .unwrap_or_else(|| Utc::now() - chrono::Duration::hours(24));
+    let counts =
+        delivery_pages::endpoint_state_counts(&state.pool, tenant, ep.id, Some(since), p.until).await?;
     let latency = attempts::endpoint_stats(&state.pool, Some(tenant), since)
         .await?
         .into_iter()
@@ -418,7 +438,9 @@ pub async fn send_example(
     let tenant = tenant_of(&state, &who, &app_id).await?;
     let ep = endpoint_of(&state, tenant, &endpoint_id).await?;
     if !ep.enabled {
-        return Err(ApiError::Conflict("the endpoint is disabled: enable it first".into()));
+        return Err(ApiError::Conflict(
+            "the endpoint is disabled: enable it first".into(),
+        ));
     }
     let et = event_types::get(&state.pool, &input.event_type)
         .await?

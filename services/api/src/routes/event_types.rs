@@ -47,11 +47,14 @@ fn check_fields(f: &EventTypeFields) -> ApiResult<()> {
         return Err(ApiError::body("description", "must be at most 10000 bytes"));
     }
     if let Some(s) = &f.schemas {
-        let versions = s
-            .as_object()
-            .ok_or_else(|| ApiError::body("schemas", "must be an object of versions (\"1\": a JSON schema)"))?;
+        let versions = s.as_object().ok_or_else(|| {
+            ApiError::body("schemas", "must be an object of versions (\"1\": a JSON schema)")
+        })?;
         if versions.values().any(|v| !v.is_object()) {
-            return Err(ApiError::body("schemas", "each version must be a JSON schema (an object)"));
+            return Err(ApiError::body(
+                "schemas",
+                "each version must be a JSON schema (an object)",
+            ));
         }
     }
     for (field, v) in [("featureFlag", &f.feature_flag), ("groupName", &f.group_name)] {
@@ -152,11 +155,16 @@ pub async fn update(
     Json(input): Json<EventTypeUpdate>,
 ) -> ApiResult<impl IntoResponse> {
     who.require_operator("change the event-type catalogue")?;
-    check_name(&name).map_err(|_| ApiError::field(&["path", "event_type_name"], "not a valid event type name"))?;
+    check_name(&name)
+        .map_err(|_| ApiError::field(&["path", "event_type_name"], "not a valid event type name"))?;
     let f = fields_of(input);
     check_fields(&f)?;
     let (t, created) = event_types::upsert(&state.pool, &name, &f).await?;
-    let status = if created { StatusCode::CREATED } else { StatusCode::OK };
+    let status = if created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
     Ok((status, axum::Json(out(t, true))))
 }
 
@@ -184,7 +192,10 @@ pub async fn patch(
         group_name: p.group_name.unwrap_or(current.group_name),
     };
     check_fields(&f)?;
-    Ok(axum::Json(out(event_types::update(&state.pool, &name, &f).await?, true)))
+    Ok(axum::Json(out(
+        event_types::update(&state.pool, &name, &f).await?,
+        true,
+    )))
 }
 
 /// Archive (or, with `expunge=true`, delete) an event type

@@ -14,8 +14,8 @@ use crate::auth::Principal;
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{Json, Path, Query};
 use crate::models::{
-    ApiKeyCreatedOut, ApiKeyIn, ApiKeyOut, DeadLetterListParams, DeadLetterOut, DeadLetterReplayIn, ListResponse,
-    RecoverOut,
+    ApiKeyCreatedOut, ApiKeyIn, ApiKeyOut, DeadLetterListParams, DeadLetterOut, DeadLetterReplayIn,
+    ListResponse, RecoverOut,
 };
 use crate::page::PageReq;
 use crate::AppState;
@@ -129,7 +129,10 @@ pub async fn list_dead_letters(
     let tenant = tenant_of(&state, &who, &app_id).await?;
     let req = PageReq::new(p.limit, p.iterator)?;
     if req.backwards {
-        return Err(ApiError::field(&["query", "iterator"], "this list pages forwards only"));
+        return Err(ApiError::field(
+            &["query", "iterator"],
+            "this list pages forwards only",
+        ));
     }
     let after = req.cursor_as(|c| c.parse::<i64>().ok())?.unwrap_or(0);
     let endpoint = match &p.endpoint_id {

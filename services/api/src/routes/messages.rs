@@ -7,8 +7,8 @@ use axum::response::IntoResponse;
 use chrono::{DateTime, Utc};
 use hookstream_proto::EventEnvelope;
 use hookstream_store::applications::{self, AppRef};
-use hookstream_store::messages::{self, ListFilter, Message, NewMessage};
 use hookstream_store::event_types;
+use hookstream_store::messages::{self, ListFilter, Message, NewMessage};
 use serde_json::value::RawValue;
 use uuid::Uuid;
 
@@ -31,7 +31,10 @@ pub(crate) fn out(m: &Message, with_content: bool) -> MessageOut {
         id: m.event_id.to_string(),
         event_type: m.event_type.clone(),
         payload: raw(if with_content { &m.payload } else { "{}" }),
-        event_id: m.idempotency_key.clone().filter(|k| !k.starts_with(REQUEST_KEY_PREFIX)),
+        event_id: m
+            .idempotency_key
+            .clone()
+            .filter(|k| !k.starts_with(REQUEST_KEY_PREFIX)),
         channels: None,
         timestamp: at,
         aggregate_type: m.aggregate_type.clone(),
@@ -99,8 +102,16 @@ pub async fn create(
     refuse_set(&input.channels, "channels", "channels")?;
     refuse_set(&input.tags, "tags", "tags")?;
     refuse_set(&input.deliver_at, "deliverAt", "scheduled deliveries")?;
-    refuse_set(&input.payload_retention_hours, "payloadRetentionHours", "per-message retention")?;
-    refuse_set(&input.transformations_params, "transformationsParams", "transformations")?;
+    refuse_set(
+        &input.payload_retention_hours,
+        "payloadRetentionHours",
+        "per-message retention",
+    )?;
+    refuse_set(
+        &input.transformations_params,
+        "transformationsParams",
+        "transformations",
+    )?;
     if let Some(days) = input.payload_retention_period {
         if !(1..=90).contains(&days) {
             return Err(ApiError::body("payloadRetentionPeriod", "must be 1 to 90 days"));
@@ -127,7 +138,12 @@ pub async fn create(
                 .to_str()
                 .ok()
                 .filter(|v| (1..=200).contains(&v.len()))
-                .ok_or_else(|| ApiError::field(&["header", "idempotency-key"], "must be 1 to 200 visible characters"))?;
+                .ok_or_else(|| {
+                    ApiError::field(
+                        &["header", "idempotency-key"],
+                        "must be 1 to 200 visible characters",
+                    )
+                })?;
             Some(v.to_string())
         }
     };
@@ -135,7 +151,10 @@ pub async fn create(
         .event_id
         .clone()
         .or_else(|| request_key.as_ref().map(|k| format!("{REQUEST_KEY_PREFIX}{k}")));
-    for (field, v) in [("aggregateType", &input.aggregate_type), ("aggregateId", &input.aggregate_id)] {
+    for (field, v) in [
+        ("aggregateType", &input.aggregate_type),
+        ("aggregateId", &input.aggregate_id),
+    ] {
         if v.as_ref().is_some_and(|v| v.len() > 200) {
             return Err(ApiError::body(field, "must be at most 200 characters"));
         }
@@ -194,9 +213,11 @@ async fn create_app_for(
     match applications::create(&state.pool, &f).await {
         Ok(app) => Ok(app.id),
         // Created meanwhile by another request.
-        Err(hookstream_store::StoreError::Conflict(_)) => applications::resolve(&state.pool, &AppRef::parse(app_id), None)
-            .await?
-            .ok_or_else(|| ApiError::not_found("application")),
+        Err(hookstream_store::StoreError::Conflict(_)) => {
+            applications::resolve(&state.pool, &AppRef::parse(app_id), None)
+                .await?
+                .ok_or_else(|| ApiError::not_found("application"))
+        }
         Err(e) => Err(ApiError::store(e, "application")),
     }
 }
@@ -205,7 +226,13 @@ async fn create_app_for(
 fn event_types_of(query: Option<&str>) -> Vec<String> {
     form_urlencoded::parse(query.unwrap_or_default().as_bytes())
         .filter(|(k, _)| k == "event_types" || k == "event_types[]")
-        .flat_map(|(_, v)| v.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect::<Vec<_>>())
+        .flat_map(|(_, v)| {
+            v.split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(String::from)
+                .collect::<Vec<_>>()
+        })
         .collect()
 }
 
@@ -224,10 +251,16 @@ pub async fn list(
 ) -> ApiResult<axum::Json<ListResponse<MessageOut>>> {
     let tenant = tenant_of(&state, &who, &app_id).await?;
     if p.channel.is_some() {
-        return Err(ApiError::field(&["query", "channel"], "channels are not supported by Hookstream"));
+        return Err(ApiError::field(
+            &["query", "channel"],
+            "channels are not supported by Hookstream",
+        ));
     }
     if p.tag.is_some() {
-        return Err(ApiError::field(&["query", "tag"], "tags are not supported by Hookstream"));
+        return Err(ApiError::field(
+            &["query", "tag"],
+            "tags are not supported by Hookstream",
+        ));
     }
     let req = PageReq::new(p.limit, p.iterator)?;
     let cursor = req.cursor_as(|c| Uuid::parse_str(c).ok())?;
@@ -238,7 +271,15 @@ pub async fn list(
         after: p.after,
         with_content,
     };
-    let rows = messages::list(&state.pool, tenant, cursor, req.descending(true), &filter, req.fetch()).await?;
+    let rows = messages::list(
+        &state.pool,
+        tenant,
+        cursor,
+        req.descending(true),
+        &filter,
+        req.fetch(),
+    )
+    .await?;
     let data = rows.iter().map(|m| out(m, with_content)).collect();
     Ok(axum::Json(req.finish(data, |m: &MessageOut| m.id.clone())))
 }
@@ -260,7 +301,12 @@ pub async fn get(
 }
 
 /// One of `tenant`'s messages by id.
-pub(crate) async fn message_of(state: &AppState, tenant: Uuid, msg_id: &str, with_content: bool) -> ApiResult<Message> {
+pub(crate) async fn message_of(
+    state: &AppState,
+    tenant: Uuid,
+    msg_id: &str,
+    with_content: bool,
+) -> ApiResult<Message> {
     let id = Uuid::parse_str(msg_id).map_err(|_| ApiError::not_found("message"))?;
     messages::get(&state.pool, tenant, id, with_content)
         .await?

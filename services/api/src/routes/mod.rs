@@ -94,10 +94,16 @@ impl utoipa::IntoResponses for Errors {
             ("401", error("Missing or invalid credentials", "HttpErrorOut")),
             ("403", error("The credentials may not do this", "HttpErrorOut")),
             ("404", error("Not found (or another tenant's)", "HttpErrorOut")),
-            ("409", error("Conflicts with an existing resource", "HttpErrorOut")),
+            (
+                "409",
+                error("Conflicts with an existing resource", "HttpErrorOut"),
+            ),
             ("413", error("The body is over the limit", "HttpErrorOut")),
             ("422", error("A field's value is refused", "HTTPValidationError")),
-            ("429", error("Over the key's rate: see Retry-After", "HttpErrorOut")),
+            (
+                "429",
+                error("Over the key's rate: see Retry-After", "HttpErrorOut"),
+            ),
         ]
         .into_iter()
         .map(|(code, r)| (code.to_string(), r))
@@ -164,7 +170,11 @@ pub(crate) async fn tenant_of(state: &AppState, who: &Principal, app_id: &str) -
 }
 
 /// One of `tenant`'s endpoints, by id or uid.
-pub(crate) async fn endpoint_of(state: &AppState, tenant: Uuid, endpoint_id: &str) -> ApiResult<ManagedEndpoint> {
+pub(crate) async fn endpoint_of(
+    state: &AppState,
+    tenant: Uuid,
+    endpoint_id: &str,
+) -> ApiResult<ManagedEndpoint> {
     endpoint_admin::find(&state.pool, tenant, &EndpointRef::parse(endpoint_id))
         .await?
         .ok_or_else(|| ApiError::not_found("endpoint"))
@@ -198,7 +208,12 @@ pub(crate) fn metadata_of(v: &serde_json::Value) -> Metadata {
     v.as_object()
         .map(|o| {
             o.iter()
-                .map(|(k, v)| (k.clone(), v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string())))
+                .map(|(k, v)| {
+                    (
+                        k.clone(),
+                        v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string()),
+                    )
+                })
                 .collect()
         })
         .unwrap_or_default()

@@ -56,13 +56,20 @@ impl Api {
         let registry = prometheus::Registry::new();
         let (t, r) = (stop.clone(), registry.clone());
         tokio::spawn(async move {
-            api::run(cfg, listener, &r, Default::default(), t).await.expect("api runs");
+            api::run(cfg, listener, &r, Default::default(), t)
+                .await
+                .expect("api runs");
         });
         let client = reqwest::Client::new();
         for _ in 0..100 {
             if let Ok(r) = client.get(format!("{base}/api/v1/health")).send().await {
                 if r.status() == StatusCode::NO_CONTENT {
-                    return Self { base, client, stop, registry };
+                    return Self {
+                        base,
+                        client,
+                        stop,
+                        registry,
+                    };
                 }
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
@@ -72,7 +79,13 @@ impl Api {
 
     /// A request with `token` (None: no credentials); the status and the JSON body (Null when
     /// empty).
-    pub async fn call(&self, token: Option<&str>, method: Method, path: &str, body: Option<Value>) -> (StatusCode, Value) {
+    pub async fn call(
+        &self,
+        token: Option<&str>,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> (StatusCode, Value) {
         let mut req = self.client.request(method, format!("{}{path}", self.base));
         if let Some(t) = token {
             req = req.bearer_auth(t);
