@@ -6,6 +6,7 @@
 
 #![forbid(unsafe_code)]
 
+mod api_keys;
 mod attempts;
 mod dlq;
 mod listen;
@@ -74,6 +75,9 @@ enum Command {
     /// Keys that seal endpoint secrets at rest.
     #[command(subcommand)]
     Secrets(secrets::SecretsCmd),
+    /// Tenant API keys for the admin API.
+    #[command(subcommand)]
+    ApiKey(api_keys::ApiKeyCmd),
     /// GET a health URL (e.g. http://127.0.0.1:9100/readyz): exit 0 on a 2xx answer, else 1.
     /// For health checks in images without a shell or curl; reads no configuration.
     Probe(probe::ProbeArgs),
@@ -290,6 +294,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     match command {
         Command::Listen(args) => listen::run(args).await,
         Command::Secrets(secrets::SecretsCmd::GenerateKey { id }) => secrets::generate_key(&id),
+        Command::ApiKey(api_keys::ApiKeyCmd::HashToken) => api_keys::hash_token(),
         Command::Topics(TopicsCmd::Create {
             partitions,
             replication,
@@ -333,6 +338,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 .with_context(|| format!("connecting to {}", cfg.database.redacted_url()))?;
             match command {
                 Command::Dlq(cmd) => dlq::run(cmd, &pool, &cfg.kafka, &cfg.retry).await,
+                Command::ApiKey(cmd) => api_keys::run(cmd, &pool).await,
                 Command::Attempts(AttemptsCmd::List(a)) => attempts::list(a, &pool).await,
                 Command::Event(EventCmd::Show(a)) => attempts::show(a, &pool).await,
                 Command::Endpoint(EndpointCmd::Stats(a)) => attempts::stats(a, &pool).await,
@@ -507,6 +513,7 @@ async fn run_db(command: Command, pool: &PgPool, cfg: &CliConfig) -> anyhow::Res
             unreachable!("handled without a database")
         }
         Command::Dlq(_) | Command::Event(EventCmd::Resend(_)) => unreachable!("handled in dlq.rs"),
+        Command::ApiKey(_) => unreachable!("handled in api_keys.rs"),
         Command::Attempts(_)
         | Command::Endpoint(EndpointCmd::Stats(_))
         | Command::Event(EventCmd::Show(_)) => {
@@ -517,7 +524,7 @@ async fn run_db(command: Command, pool: &PgPool, cfg: &CliConfig) -> anyhow::Res
 }
 
 /// Accepts a tenant id or a tenant name.
-async fn resolve_tenant(pool: &PgPool, text: &str) -> anyhow::Result<Uuid> {
+pub(crate) async fn resolve_tenant(pool: &PgPool, text: &str) -> anyhow::Result<Uuid> {
     if let Ok(id) = Uuid::parse_str(text) {
         return match tenants::get(pool, id).await {
             Ok(t) => Ok(t.id),
