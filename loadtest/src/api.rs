@@ -53,13 +53,23 @@ pub async fn run(args: &RunArgs) -> anyhow::Result<()> {
             "HOOKSTREAM_API__OPERATOR_TOKEN_HASHES".to_string(),
             format!("[\"sha256:{}\"]", hex::encode(Sha256::digest(TOKEN))),
         ),
-        ("HOOKSTREAM_DELIVERY__ALLOW_CIDRS".to_string(), "[\"127.0.0.0/8\"]".to_string()),
-        ("HOOKSTREAM_DATABASE__MAX_CONNECTIONS".to_string(), "16".to_string()),
+        (
+            "HOOKSTREAM_DELIVERY__ALLOW_CIDRS".to_string(),
+            "[\"127.0.0.0/8\"]".to_string(),
+        ),
+        (
+            "HOOKSTREAM_DATABASE__MAX_CONNECTIONS".to_string(),
+            "16".to_string(),
+        ),
     ]);
     let log = |n: &str| args.out.join(format!("{n}.log"));
     let _api = ServiceProcess::spawn(&service_bin("hookstream-api"), &api_env, &log("api"))?;
     let _relay = ServiceProcess::spawn(&service_bin("outbox-relay"), &service_env(&env), &log("relay"))?;
-    let _dispatcher = ServiceProcess::spawn(&service_bin("dispatcher"), &dispatcher_env(&env), &log("dispatcher"))?;
+    let _dispatcher = ServiceProcess::spawn(
+        &service_bin("dispatcher"),
+        &dispatcher_env(&env),
+        &log("dispatcher"),
+    )?;
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(args.connections)
         .build()?;
@@ -70,7 +80,11 @@ pub async fn run(args: &RunArgs) -> anyhow::Result<()> {
         .await
         .map_or(true, |r| !r.status().is_success())
     {
-        anyhow::ensure!(ready.elapsed() < Duration::from_secs(30), "the API did not start (log: {})", log("api").display());
+        anyhow::ensure!(
+            ready.elapsed() < Duration::from_secs(30),
+            "the API did not start (log: {})",
+            log("api").display()
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let receiver = Receiver::start(Behaviour::Ok).await;
@@ -82,7 +96,10 @@ pub async fn run(args: &RunArgs) -> anyhow::Result<()> {
         .await?
         .json()
         .await?;
-    let app_id = app["id"].as_str().ok_or_else(|| anyhow::anyhow!("no application: {app}"))?.to_string();
+    let app_id = app["id"]
+        .as_str()
+        .ok_or_else(|| anyhow::anyhow!("no application: {app}"))?
+        .to_string();
     let ep: serde_json::Value = client
         .post(format!("{base}/api/v1/app/{app_id}/endpoint"))
         .bearer_auth(TOKEN)
@@ -91,7 +108,9 @@ pub async fn run(args: &RunArgs) -> anyhow::Result<()> {
         .await?
         .json()
         .await?;
-    let ep_id = ep["id"].as_str().ok_or_else(|| anyhow::anyhow!("no endpoint: {ep}"))?;
+    let ep_id = ep["id"]
+        .as_str()
+        .ok_or_else(|| anyhow::anyhow!("no endpoint: {ep}"))?;
     let secret: serde_json::Value = client
         .get(format!("{base}/api/v1/app/{app_id}/endpoint/{ep_id}/secret"))
         .bearer_auth(TOKEN)
