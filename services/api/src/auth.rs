@@ -215,7 +215,12 @@ impl Authenticator {
         if let Some(l) = &self.limiter {
             l.retain_recent();
         }
-        api_keys::touch(&self.pool, &ids, Utc::now()).await
+        let result = api_keys::touch(&self.pool, &ids, Utc::now()).await;
+        if result.is_err() {
+            // Kept for the next flush.
+            self.used.lock().unwrap_or_else(|p| p.into_inner()).extend(ids);
+        }
+        result
     }
 }
 

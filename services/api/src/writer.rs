@@ -62,9 +62,24 @@ impl MessageWriter {
         let i = self.next.fetch_add(1, Ordering::Relaxed) % self.batchers.len();
         match self.batchers[i].submit(m).await {
             Ok(done) => Ok(done),
-            Err(Refused::Invalid(why, _)) => Err(ApiError::body("payload", why)),
+            Err(Refused::Invalid(why, _)) => Err(refusal(why)),
             Err(Refused::Unavailable(why, _)) => Err(ApiError::Unavailable(why)),
             Err(Refused::Closed) => Err(ApiError::Unavailable("the server is shutting down".into())),
         }
+    }
+}
+
+/// `hookstream.enqueue_message`'s refusal, on the field it is about (the API checks these
+/// before writing; this is for what only the database knows: the payload limit, a tenant
+/// deleted meanwhile).
+fn refusal(why: String) -> ApiError {
+    if why.starts_with("unknown tenant") {
+        ApiError::not_found("application")
+    } else if why.starts_with("invalid event type") {
+        ApiError::body("eventType", why)
+    } else if why.starts_with("idempotency key") {
+        ApiError::body("eventId", why)
+    } else {
+        ApiError::body("payload", why)
     }
 }

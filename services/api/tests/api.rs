@@ -558,6 +558,33 @@ async fn bodies_over_the_limit_and_unknown_event_types_are_refused() {
         )
         .await;
     assert_eq!(s, StatusCode::ACCEPTED, "{b}");
+    // Within the body limit, over the payload limit (hookstream.settings): the database's word.
+    hookstream_store::sqlx::query("UPDATE hookstream.settings SET max_payload_bytes = 100")
+        .execute(&env.pool)
+        .await
+        .unwrap();
+    let (s, b) = api
+        .op(
+            Method::POST,
+            &msg,
+            Some(json!({"eventType": "a.b", "payload": {"x": "y".repeat(500)}})),
+        )
+        .await;
+    assert_eq!(
+        (s, loc(&b)),
+        (
+            StatusCode::UNPROCESSABLE_ENTITY,
+            vec!["body".into(), "payload".into()]
+        ),
+        "{b}"
+    );
+    assert!(
+        b["detail"][0]["msg"]
+            .as_str()
+            .unwrap()
+            .contains("exceeds the limit"),
+        "{b}"
+    );
     api.op(Method::DELETE, "/api/v1/event-type/a.b", None).await;
     let (s, b) = api
         .op(

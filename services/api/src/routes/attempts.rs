@@ -382,20 +382,19 @@ pub async fn list_attempted_destinations(
         };
         rows.push(destination(&e, status, s.next_due_at));
     }
-    // Endpoints that will get it and have no attempt yet.
-    for e in endpoint_admin::enabled_of(&state.pool, tenant).await? {
-        if attempted.contains_key(&e.id) {
-            continue;
-        }
-        let matches = EventFilter::new(&e.event_types).is_ok_and(|f| f.matches(&msg.event_type));
-        let recent = messages::v7_time(msg.event_id).is_some_and(|t| e.created_at <= t);
-        if matches
-            && recent
-            && hookstream_store::attempts::before_delivery(&state.pool, msg.event_id, Some(tenant))
-                .await?
-                .is_some()
-        {
-            rows.push(destination(&e, MessageStatus::Pending, None));
+    // Endpoints that will get it and have no attempt yet: while it waits in the outbox, the
+    // enabled endpoints that existed when it was created and whose filter matches.
+    let waiting = attempts::before_delivery(&state.pool, msg.event_id, Some(tenant)).await?;
+    if matches!(waiting, Some(attempts::NotYetAttempted::InOutbox { .. })) {
+        for e in endpoint_admin::enabled_of(&state.pool, tenant).await? {
+            if attempted.contains_key(&e.id) {
+                continue;
+            }
+            let matches = EventFilter::new(&e.event_types).is_ok_and(|f| f.matches(&msg.event_type));
+            let existed = messages::v7_time(msg.event_id).is_some_and(|t| e.created_at <= t);
+            if matches && existed {
+                rows.push(destination(&e, MessageStatus::Pending, None));
+            }
         }
     }
     rows.sort_by(|a, b| a.id.cmp(&b.id));
