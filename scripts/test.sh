@@ -13,6 +13,10 @@ export HOOKSTREAM_TEST_KAFKA_BROKERS="127.0.0.1:${HOOKSTREAM_KAFKA_PORT:-9092}"
 psql -qAt "$HOOKSTREAM_TEST_DATABASE_URL" -c \
   "SELECT 'DROP DATABASE ' || quote_ident(datname) || ';' FROM pg_database WHERE datname LIKE 'hs\_test\_%'" \
   | psql -q "$HOOKSTREAM_TEST_DATABASE_URL" >/dev/null || true
+# Login roles tests made for themselves (after their databases, which may hold their objects).
+psql -qAt "$HOOKSTREAM_TEST_DATABASE_URL" -c \
+  "SELECT 'DROP ROLE ' || quote_ident(rolname) || ';' FROM pg_roles WHERE rolname LIKE 'hs\_test\_%'" \
+  | psql -q "$HOOKSTREAM_TEST_DATABASE_URL" >/dev/null || true
 
 export HOOKSTREAM_TEST_KAFKA_TLS_DIR="$DATA_DIR/kafka/tls"
 export HOOKSTREAM_TEST_PG_TLS_DIR="$DATA_DIR/postgres-tls"

@@ -757,6 +757,7 @@ fn outcome(run: &Run, delay_ms: u64) -> Outcome {
         kills: Vec::new(),
         drained: run.drained,
         production_s: Some(run.produced_s),
+        attempt_log: None,
     }
 }
 

@@ -688,6 +688,7 @@ pub async fn run(args: &RunArgs) -> anyhow::Result<(RunReport, Vec<Chart>)> {
         kills: Vec::new(),
         drained: drained.deliveries_s.is_some() && drained.dead_letters_s.is_some(),
         production_s: Some(production_s),
+        attempt_log: None,
     };
     let mut contract = engine::contract(&[&outcome]);
     // A pair that failed every attempt of the schedule and was dead-lettered was never to be

@@ -76,6 +76,24 @@ impl Scenario {
     }
 }
 
+/// Which attempts the dispatchers produce to the attempts topic (`attempts.log`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum AttemptLog {
+    All,
+    Failures,
+    Off,
+}
+
+impl AttemptLog {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AttemptLog::All => "all",
+            AttemptLog::Failures => "failures",
+            AttemptLog::Off => "off",
+        }
+    }
+}
+
 /// The naive design `--baseline` runs: with its 500 ms sleep between polls, or without.
 #[derive(Clone, Copy, Debug, ValueEnum)]
 pub enum BaselineVariant {
@@ -91,15 +109,20 @@ pub struct RunArgs {
     /// Events for the throughput phase.
     #[arg(long, default_value_t = 200_000)]
     pub events: usize,
+    /// The dispatchers' `attempts.log` (engine scenarios): every attempt recorded and stored
+    /// by the attempt sink, only failures, or none. The report gives the sink's lag.
+    #[arg(long, value_enum, default_value = "all")]
+    pub attempt_log: AttemptLog,
     /// Events per second for the latency phase (2,000; chaos: 200).
     #[arg(long)]
     pub rate: Option<usize>,
     /// relay: seconds of the latency phase; max: seconds of each rate step.
     #[arg(long, default_value_t = 10)]
     pub seconds: u64,
-    /// Endpoints subscribed to every event (fan-out) in steady, max, outage-recovery and crash.
-    #[arg(long, default_value_t = 1)]
-    pub endpoints: usize,
+    /// Endpoints subscribed to every event (fan-out) in steady, max, outage-recovery and crash
+    /// (1); fanout runs only this fan-out when given (else 10, then 50).
+    #[arg(long)]
+    pub endpoints: Option<usize>,
     /// The dispatcher's `max_in_flight_events` (events in flight; deliveries are this × fan-out;
     /// 2,000; autoscale: 50).
     #[arg(long)]
@@ -197,6 +220,11 @@ impl RunArgs {
     }
 
     /// `--rate`, or the scenario's default.
+    /// Endpoints per event (1 unless `--endpoints` says).
+    pub fn endpoints(&self) -> usize {
+        self.endpoints.unwrap_or(1).max(1)
+    }
+
     pub fn rate(&self) -> usize {
         self.rate.unwrap_or(match self.scenario {
             Scenario::Chaos => 200,

@@ -19,10 +19,11 @@ use serde::Deserialize;
 use uuid::Uuid;
 
 use crate::baseline;
+use crate::cli::AttemptLog;
 use crate::group::GroupView;
 use crate::keda::PartitionOffsets;
 use crate::procstat;
-use crate::report::{ClassFigures, Contract, EarlyRetry, Kill, Latency, Usage};
+use crate::report::{AttemptLogFigures, ClassFigures, Contract, EarlyRetry, Kill, Latency, Usage};
 use crate::schedule::{MIN_THROTTLED_DELAY_MS, RETRY_JITTER, RETRY_SCHEDULE_MS};
 use crate::stack::service_bin;
 
@@ -31,6 +32,8 @@ use crate::stack::service_bin;
 const DUE_RESOLUTION_MS: f64 = 1.0;
 /// Time the services get before a rate-driven run starts producing.
 const SETTLE: Duration = Duration::from_secs(3);
+/// How long a run waits, after it drained, for the attempt sink to store what is left.
+const SINK_CATCH_UP: Duration = Duration::from_secs(60);
 
 /// How one class of receivers behaves.
 #[derive(Debug, Clone, Copy)]
@@ -122,6 +125,8 @@ pub struct Plan {
     /// How long to wait for the pipeline to drain after the last event was committed.
     pub drain_deadline: Duration,
     pub max_in_flight_events: usize,
+    /// The dispatchers' `attempts.log`.
+    pub attempt_log: AttemptLog,
     pub out: PathBuf,
 }
 
@@ -295,6 +300,8 @@ pub struct Outcome {
     pub drained: bool,
     /// A rate-driven run: seconds from the first commit to the last (the producers finished).
     pub production_s: Option<f64>,
+    /// Hookstream's runs: the attempt log and how the sink kept up.
+    pub attempt_log: Option<AttemptLogFigures>,
 }
 
 pub(crate) fn unix_ms() -> f64 {
@@ -468,6 +475,70 @@ pub(crate) fn lag_sampler(
     Ok((latest, handle))
 }
 
+/// The attempt sink's worst lag, in messages and in seconds (age of the oldest record it had
+/// not stored), sampled every second from outside its group on a thread of its own.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct SinkLag {
+    pub(crate) max_messages: i64,
+    pub(crate) max_s: f64,
+}
+
+pub(crate) fn sink_lag_sampler(
+    env: &TestEnv,
+    stop: Arc<AtomicBool>,
+) -> anyhow::Result<std::thread::JoinHandle<SinkLag>> {
+    let kafka = env.kafka.clone();
+    let view = GroupView::new(
+        &kafka,
+        &env.attempt_sink_group(),
+        &kafka.topics.attempts,
+        env.partitions,
+    )?;
+    Ok(std::thread::spawn(move || {
+        let mut worst = SinkLag::default();
+        while !stop.load(Ordering::Relaxed) {
+            if let Some(parts) = view.offsets() {
+                worst.max_messages = worst
+                    .max_messages
+                    .max(parts.iter().map(PartitionOffsets::lag).sum());
+                if let Ok(found) = view.heads(&kafka, &parts, Duration::from_secs(1)) {
+                    let now = unix_ms() as i64;
+                    for (_, ts) in found {
+                        worst.max_s = worst.max_s.max((now - ts).max(0) as f64 / 1000.0);
+                    }
+                }
+            }
+            std::thread::sleep(Duration::from_secs(1));
+        }
+        worst
+    }))
+}
+
+/// Waits up to `timeout` until the attempt sink has stored every record produced so far.
+async fn wait_for_sink(env: &TestEnv, timeout: Duration) {
+    let Ok(view) = GroupView::new(
+        &env.kafka,
+        &env.attempt_sink_group(),
+        &env.kafka.topics.attempts,
+        env.partitions,
+    ) else {
+        return;
+    };
+    let _ = tokio::task::spawn_blocking(move || {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if view
+                .offsets()
+                .is_some_and(|parts| parts.iter().all(|p| p.lag() == 0))
+            {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    })
+    .await;
+}
+
 /// The receivers of `classes` (one per endpoint) and their endpoints, created for `tenant`.
 pub(crate) async fn fleet(env: &TestEnv, tenant: Uuid, classes: &[Class]) -> anyhow::Result<Vec<Endpoint>> {
     let sealer = env.sealer();
@@ -591,7 +662,16 @@ pub async fn run(plan: &Plan) -> anyhow::Result<Outcome> {
         }
         System::Baseline { .. } => (Arc::new(Mutex::new(None)), None),
     };
+    let sink_thread = match plan.system {
+        System::Hookstream => Some(sink_lag_sampler(&env, stop_lag.clone())?),
+        System::Baseline { .. } => None,
+    };
     let result = drive(plan, &env, &mut fleet, &committed, &lag, &mut services, started).await;
+    if result.is_ok() && sink_thread.is_some() && plan.attempt_log != AttemptLog::Off {
+        // Delivery is measured; the sink catches up after it (its lag is a figure, not a
+        // wait): give it a moment before the count.
+        wait_for_sink(&env, SINK_CATCH_UP).await;
+    }
     stop_lag.store(true, Ordering::Relaxed);
     let duration_s = started.elapsed().as_secs_f64();
     if let Some(p) = &producer {
@@ -605,6 +685,24 @@ pub async fn run(plan: &Plan) -> anyhow::Result<Outcome> {
     if let Some(t) = lag_thread {
         let _ = tokio::task::spawn_blocking(move || t.join()).await;
     }
+    let attempt_log = match sink_thread {
+        Some(t) => {
+            let worst = tokio::task::spawn_blocking(move || t.join())
+                .await?
+                .unwrap_or_default();
+            let stored: i64 = sqlx::query_scalar("SELECT count(*) FROM hookstream.attempts")
+                .fetch_one(&env.pool)
+                .await
+                .unwrap_or(-1);
+            Some(AttemptLogFigures {
+                mode: plan.attempt_log.as_str().into(),
+                sink_max_lag_messages: worst.max_messages,
+                sink_max_lag_s: worst.max_s,
+                stored,
+            })
+        }
+        None => None,
+    };
     let (timeline, kills, drained, recovered) = result?;
     let mut production_s = None;
     if let Some(p) = producer {
@@ -640,6 +738,7 @@ pub async fn run(plan: &Plan) -> anyhow::Result<Outcome> {
         kills,
         drained,
         production_s,
+        attempt_log,
     })
 }
 
@@ -654,10 +753,15 @@ fn start_services(plan: &Plan, env: &TestEnv, services: &mut Vec<Service>) -> an
                 service_env(env),
                 out.join(format!("{label}-relay.log")),
             )?);
+            let mut vars = dispatcher_vars(env, plan.max_in_flight_events);
+            vars.push((
+                "HOOKSTREAM_ATTEMPTS__LOG".into(),
+                plan.attempt_log.as_str().into(),
+            ));
             services.push(Service::start(
                 "dispatcher",
                 service_bin("dispatcher"),
-                dispatcher_vars(env, plan.max_in_flight_events),
+                vars,
                 out.join(format!("{label}-dispatcher.log")),
             )?);
         }
@@ -978,7 +1082,15 @@ pub fn contract(outcomes: &[&Outcome]) -> Contract {
             p.restarts += u.restarts;
         }
     }
+    let logs: Vec<&AttemptLogFigures> = outcomes.iter().filter_map(|o| o.attempt_log.as_ref()).collect();
+    let attempt_log = (!logs.is_empty()).then(|| AttemptLogFigures {
+        mode: logs[0].mode.clone(),
+        sink_max_lag_messages: logs.iter().map(|l| l.sink_max_lag_messages).max().unwrap_or(0),
+        sink_max_lag_s: logs.iter().map(|l| l.sink_max_lag_s).fold(0.0, f64::max),
+        stored: logs.iter().map(|l| l.stored).sum(),
+    });
     Contract {
+        attempt_log,
         events,
         expected_deliveries: total.expected_deliveries,
         delivered: total.delivered,

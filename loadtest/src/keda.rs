@@ -40,22 +40,7 @@ pub enum OffsetReset {
 }
 
 /// One partition of the topic, as read from outside the group.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PartitionOffsets {
-    /// The group's committed offset (`None`: nothing committed yet).
-    pub committed: Option<i64>,
-    /// The low and high watermarks.
-    pub low: i64,
-    pub high: i64,
-}
-
-impl PartitionOffsets {
-    /// The lag as the group's own consumers see it (`kafka_consumergroup_lag`): a partition
-    /// without a committed offset starts at its low watermark.
-    pub fn lag(&self) -> i64 {
-        (self.high - self.committed.unwrap_or(self.low)).max(0)
-    }
-}
+pub use hookstream_kafka::PartitionOffsets;
 
 /// The Kafka trigger's metadata.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -35,10 +35,10 @@
 //! merge         report.json of one run, or the medians of several     uses report, verdict
 //! fault_tally   chaos's figures per fault kind from what it recorded  uses faults, report, schedule
 //! page          report.html                                           uses chart, report
-//! group         a consumer group seen from outside: offsets, members  uses keda
+//! group         waiting for a consumer group to settle, from outside  uses nothing
 //! baseline      the polled-queue design --baseline runs               uses schedule
-//! engine        a plan run against the services and a receiver fleet  uses baseline, group, keda, procstat, report,
-//!                                                                     schedule, stack
+//! engine        a plan run against the services and a receiver fleet  uses baseline, cli, group, keda, procstat,
+//!                                                                     report, schedule, stack
 //! phase_charts  the charts of engine runs                             uses chart, engine
 //! scenarios     the engine scenarios and their own figures            uses baseline, cli, engine, report
 //! api           the admin API scenario (its own report)              uses cli, stack

@@ -12,12 +12,12 @@
 use std::collections::BTreeMap;
 
 use crate::report::{
-    AfterRecovery, BaselineFigures, BucketQuantiles, ChaosFigures, ChaosLost, ChaosSection, ClassFigures,
-    Contract, Crash, CrashFigures, CrashSection, Drain, DrainFigures, EarlyRetry, FanoutSection, FaultRecord,
-    HandoverFigures, HealthyPhase, Kill, KillsPhase, KindFigures, LadderStep, Latency, Machine, MaxFigures,
-    MaxSection, Measures, NoFigures, NoisyFigures, NoisySection, OutageFigures, OutageSection, PhaseExtra,
-    PhaseFigures, ProducerFigures, QuietRun, Ratios, RecoveryPhase, RelayLatency, RelayReport, RelayUsage,
-    Report, RunReport, ScenarioReport, Spread, SteadyFigures, SteadySection, Usage,
+    AfterRecovery, AttemptLogFigures, BaselineFigures, BucketQuantiles, ChaosFigures, ChaosLost,
+    ChaosSection, ClassFigures, Contract, Crash, CrashFigures, CrashSection, Drain, DrainFigures, EarlyRetry,
+    FanoutSection, FaultRecord, HandoverFigures, HealthyPhase, Kill, KillsPhase, KindFigures, LadderStep,
+    Latency, Machine, MaxFigures, MaxSection, Measures, NoFigures, NoisyFigures, NoisySection, OutageFigures,
+    OutageSection, PhaseExtra, PhaseFigures, ProducerFigures, QuietRun, Ratios, RecoveryPhase, RelayLatency,
+    RelayReport, RelayUsage, Report, RunReport, ScenarioReport, Spread, SteadyFigures, SteadySection, Usage,
 };
 use crate::report::{
     AutoscaleFigures, AutoscaleMeasures, AutoscalePhase, AutoscaleSection, Calibration, KedaSettings,
@@ -164,8 +164,9 @@ merge_fields! {
     Contract {
         events, expected_deliveries, delivered, lost, duplicates, early_retries,
         invalid_signatures, requests, drained, duration_s, throughput_per_s, latency_ms,
-        duration_measures, wall_s, latency_measures, per_class, processes,
+        duration_measures, wall_s, latency_measures, per_class, processes, attempt_log,
     }
+    AttemptLogFigures { mode, sink_max_lag_messages, sink_max_lag_s, stored }
     ClassFigures {
         behaviour, expects_delivery, endpoints, events, expected_deliveries, delivered, lost,
         duplicates, early_retries, early_retry_examples, invalid_signatures, requests,

@@ -40,6 +40,7 @@ fn plan(args: &RunArgs, label: &str, load: Load, classes: Vec<Class>) -> Plan {
         chaos: None,
         drain_deadline: Duration::from_secs(args.deadline_s),
         max_in_flight_events: args.max_in_flight_events(),
+        attempt_log: args.attempt_log,
         out: args.out.clone(),
     }
 }
@@ -163,7 +164,7 @@ pub async fn steady(args: &RunArgs) -> anyhow::Result<Measured> {
         args,
         "steady",
         Load::Rate(args.rate()),
-        vec![fast(args.endpoints)],
+        vec![fast(args.endpoints())],
     );
     let o = engine::run(&p).await?;
     let contract = engine::contract(&[&o]);
@@ -171,7 +172,7 @@ pub async fn steady(args: &RunArgs) -> anyhow::Result<Measured> {
     let baseline = baseline(args, &[&p], &contract, &mut phases, no_figures).await?;
     let steady = SteadyFigures {
         rate_per_s: args.rate(),
-        endpoints: args.endpoints,
+        endpoints: args.endpoints(),
     };
     let report = RunReport::Steady(scenario_report(contract, SteadySection { steady }, baseline));
     Ok(Measured { report, phases })
@@ -189,10 +190,10 @@ const LADDER: [f64; 4] = [0.5, 0.7, 0.85, 1.0];
 /// rate committed by the producers and kept up with; the ladder stops at the first step not
 /// kept up with, or when the producers (on the same machine) cannot reach the step's rate.
 pub async fn max(args: &RunArgs) -> anyhow::Result<Measured> {
-    let p = plan(args, "max", Load::Backlog, vec![fast(args.endpoints)]);
+    let p = plan(args, "max", Load::Backlog, vec![fast(args.endpoints())]);
     let o = engine::run(&p).await?;
     let contract = engine::contract(&[&o]);
-    let endpoints = args.endpoints.max(1);
+    let endpoints = args.endpoints();
     let drain_events_per_s = contract.throughput_per_s / endpoints as f64;
     let mut phases = vec![o];
     let mut ladder = Vec::new();
@@ -263,7 +264,11 @@ pub async fn fanout(args: &RunArgs) -> anyhow::Result<Measured> {
         c.max_in_flight = None;
         c
     };
-    let plans: Vec<Plan> = [10, 50]
+    let fanouts = match args.endpoints {
+        Some(n) => vec![n.max(1)],
+        None => vec![10, 50],
+    };
+    let plans: Vec<Plan> = fanouts
         .into_iter()
         .map(|n| plan(args, &format!("fanout{n}"), Load::Backlog, vec![class(n)]))
         .collect();
@@ -423,7 +428,7 @@ pub async fn outage_recovery(args: &RunArgs) -> anyhow::Result<Measured> {
         args,
         "outage",
         Load::Rate(args.rate()),
-        vec![fast(args.endpoints), outage],
+        vec![fast(args.endpoints()), outage],
     );
     let o = engine::run(&p).await?;
     let contract = engine::contract(&[&o]);
@@ -457,7 +462,12 @@ fn kills_figures(_: &RunArgs, o: &Outcome) -> Option<PhaseExtra> {
 }
 
 pub async fn crash(args: &RunArgs) -> anyhow::Result<Measured> {
-    let mut p = plan(args, "crash", Load::Rate(args.rate()), vec![fast(args.endpoints)]);
+    let mut p = plan(
+        args,
+        "crash",
+        Load::Rate(args.rate()),
+        vec![fast(args.endpoints())],
+    );
     p.chaos = Some(Chaos {
         seed: args.seed,
         every_s: (args.kill_every_s.0, args.kill_every_s.1),

@@ -17,6 +17,8 @@ command -v mvn >/dev/null || missing+=(maven)
 command -v curl >/dev/null || missing+=(curl)
 command -v psql >/dev/null || missing+=(postgresql-client)
 command -v python3 >/dev/null || missing+=(python3)
+python3 -c 'import venv, ensurepip' 2>/dev/null || missing+=(python3-venv)  # the Python inbox receiver's venv (scripts/setup/inbox-receivers.sh)
+command -v npm >/dev/null || missing+=(nodejs npm)  # the Node inbox receiver (examples/inbox-node)
 command -v prometheus >/dev/null || missing+=(prometheus)  # `make up` runs it; promtool checks and tests the alert rules
 command -v buildah >/dev/null || missing+=(buildah)  # scripts/check/image.sh builds and runs the image without Docker
 

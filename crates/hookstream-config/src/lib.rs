@@ -57,7 +57,13 @@ pub const SECTIONS: &[&str] = &[
     "attempts",
     "secrets",
     "api",
+    "health",
 ];
+
+/// The DLQ sink's consumer group unless `dlq.sink_group_id` says otherwise.
+pub const DEFAULT_DLQ_SINK_GROUP: &str = "hookstream-dlq-sink";
+/// The attempt sink's consumer group unless `attempts.sink_group_id` says otherwise.
+pub const DEFAULT_ATTEMPT_SINK_GROUP: &str = "hookstream-attempt-sink";
 
 /// A configuration (or a section of one) that can tell whether its values can work: values
 /// that parse but cannot (an empty retry schedule, a jitter of 1, a zero cap, a safety

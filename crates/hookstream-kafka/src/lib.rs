@@ -1,12 +1,13 @@
 //! Kafka plumbing shared by the services: client configuration with safe defaults, the
 //! topics and their checks, the tracked consumer every consumer group runs, the hand-off that
 //! produces until Kafka acknowledged, the per-partition completion tracker that decides
-//! which offset may be stored, and consumer lag.
+//! which offset may be stored, and consumer lag (from inside a group, and from outside it).
 
 #![forbid(unsafe_code)]
 
 mod config;
 pub mod consumer;
+pub mod group_view;
 pub mod handoff;
 pub mod lag;
 pub mod probe;
@@ -15,6 +16,7 @@ pub mod tracker;
 
 pub use config::{client_config, consumer_config, producer_config};
 pub use consumer::{ConsumerError, ConsumerSettings, Done, Fatal, Handler, Record, Start};
+pub use group_view::{GroupView, Membership, PartitionOffsets};
 pub use handoff::{produce_until_acked, HandoffError};
 pub use lag::ConsumerMetrics;
 pub use probe::{probe, probe_at_start, ProbeError, PROBE_TIMEOUT};

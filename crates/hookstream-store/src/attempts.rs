@@ -1,7 +1,7 @@
 //! The delivery log: every HTTP attempt, stored by the attempt sink from the attempts topic
 //! (`hookstream.attempts`, partitioned by UTC day of `started_at`), and what it answers: the
-//! attempts of an event or an endpoint, each (event, endpoint)'s delivery status, and per
-//! endpoint statistics with latency percentiles.
+//! attempts of an event or an endpoint, and each (event, endpoint)'s delivery status. Per
+//! endpoint statistics are kept beside them as the rows are stored (`crate::attempt_stats`).
 //!
 //! Rows are keyed by (started_at, event, endpoint, attempt): a record stored twice (read again
 //! after a sink crash) is stored once. Retention drops whole day partitions
@@ -92,8 +92,10 @@ pub fn days_of(rows: &[NewAttempt]) -> HashSet<NaiveDate> {
     rows.iter().map(|r| r.started_at.date_naive()).collect()
 }
 
-/// Stores `rows` in one statement (their day partitions must exist: `ensure_partition`).
-/// Returns per row whether it was stored (`false`: stored before, or a repeat in the batch).
+/// Stores `rows` in one statement (their day partitions must exist: `ensure_partition`), and
+/// adds those stored for the first time to the per endpoint statistics
+/// (`crate::attempt_stats`) in the same transaction. Returns per row whether it was stored
+/// (`false`: stored before, or a repeat in the batch).
 pub async fn insert_many(pool: &PgPool, rows: &[NewAttempt]) -> Result<Vec<bool>, StoreError> {
     if rows.is_empty() {
         return Ok(Vec::new());
@@ -143,9 +145,10 @@ pub async fn insert_many(pool: &PgPool, rows: &[NewAttempt]) -> Result<Vec<bool>
             .push_bind(a.relayed_at);
     });
     q.push(" ON CONFLICT DO NOTHING RETURNING started_at, event_id, endpoint_id, attempt");
+    let mut tx = pool.begin().await?;
     let stored: Vec<(DateTime<Utc>, Uuid, Uuid, i32)> = q
         .build_query_as()
-        .fetch_all(pool)
+        .fetch_all(&mut *tx)
         .await
         .map_err(StoreError::from_db)?;
     // PostgreSQL keeps microseconds: compare keys at that precision.
@@ -154,7 +157,7 @@ pub async fn insert_many(pool: &PgPool, rows: &[NewAttempt]) -> Result<Vec<bool>
         .map(|(t, e, p, n)| (t.timestamp_micros(), e, p, n))
         .collect();
     // The first row of a key gets the credit; a repeat within the batch was a duplicate.
-    Ok(rows
+    let fresh: Vec<bool> = rows
         .iter()
         .map(|a| {
             stored.remove(&(
@@ -164,7 +167,16 @@ pub async fn insert_many(pool: &PgPool, rows: &[NewAttempt]) -> Result<Vec<bool>
                 a.attempt,
             ))
         })
-        .collect())
+        .collect();
+    let counted: Vec<&NewAttempt> = rows
+        .iter()
+        .zip(&fresh)
+        .filter(|(_, f)| **f)
+        .map(|(a, _)| a)
+        .collect();
+    crate::attempt_stats::add(&mut tx, &counted).await?;
+    tx.commit().await?;
+    Ok(fresh)
 }
 
 /// A stored attempt.
@@ -318,66 +330,4 @@ pub async fn before_delivery(
     Ok(reason.map(|reason| NotYetAttempted::Quarantined { reason }))
 }
 
-/// One endpoint's attempts over a window.
-#[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
-pub struct EndpointStats {
-    pub endpoint_id: Uuid,
-    pub tenant_id: Uuid,
-    pub attempts: i64,
-    pub delivered: i64,
-    pub success_rate: f64,
-    pub p50_ms: f64,
-    pub p95_ms: f64,
-    pub p99_ms: f64,
-    /// The most frequent error class of the failed attempts, and how many had it.
-    pub top_error_class: Option<String>,
-    pub top_error_count: Option<i64>,
-    /// The most frequent non-2xx status, and how many had it.
-    pub top_status: Option<i32>,
-    pub top_status_count: Option<i64>,
-    pub enabled: Option<bool>,
-    pub failing_since: Option<DateTime<Utc>>,
-}
-
-/// Per endpoint statistics of the attempts since `since` (scoped to `tenant_id` when
-/// given), worst first: lowest success rate, then slowest p99. Percentiles are computed in
-/// SQL over the window (`percentile_cont` on the attempts' durations).
-pub async fn endpoint_stats(
-    pool: &PgPool,
-    tenant_id: Option<Uuid>,
-    since: DateTime<Utc>,
-) -> Result<Vec<EndpointStats>, StoreError> {
-    Ok(sqlx::query_as(
-        "WITH w AS (
-             SELECT * FROM hookstream.attempts
-             WHERE started_at >= $2 AND ($1::uuid IS NULL OR tenant_id = $1)),
-         s AS (
-             SELECT endpoint_id, min(tenant_id::text)::uuid AS tenant_id, count(*) AS attempts,
-                    count(*) FILTER (WHERE outcome = 'delivered') AS delivered,
-                    percentile_cont(0.5) WITHIN GROUP (ORDER BY duration_ms) AS p50_ms,
-                    percentile_cont(0.95) WITHIN GROUP (ORDER BY duration_ms) AS p95_ms,
-                    percentile_cont(0.99) WITHIN GROUP (ORDER BY duration_ms) AS p99_ms
-             FROM w GROUP BY endpoint_id),
-         c AS (
-             SELECT DISTINCT ON (endpoint_id) endpoint_id, error_class, count(*) AS n
-             FROM w WHERE outcome <> 'delivered'
-             GROUP BY endpoint_id, error_class ORDER BY endpoint_id, n DESC, error_class),
-         st AS (
-             SELECT DISTINCT ON (endpoint_id) endpoint_id, status, count(*) AS n
-             FROM w WHERE status IS NOT NULL AND status / 100 <> 2
-             GROUP BY endpoint_id, status ORDER BY endpoint_id, n DESC, status)
-         SELECT s.endpoint_id, s.tenant_id, s.attempts, s.delivered,
-                s.delivered::float8 / s.attempts AS success_rate,
-                s.p50_ms, s.p95_ms, s.p99_ms,
-                c.error_class AS top_error_class, c.n AS top_error_count,
-                st.status AS top_status, st.n AS top_status_count,
-                e.enabled, e.failing_since
-         FROM s LEFT JOIN c USING (endpoint_id) LEFT JOIN st USING (endpoint_id)
-         LEFT JOIN hookstream.endpoints e ON e.id = s.endpoint_id
-         ORDER BY success_rate, s.p99_ms DESC, s.endpoint_id",
-    )
-    .bind(tenant_id)
-    .bind(since)
-    .fetch_all(pool)
-    .await?)
-}
+pub use crate::attempt_stats::{endpoint_stats, EndpointStats};

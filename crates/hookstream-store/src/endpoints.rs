@@ -315,6 +315,15 @@ pub async fn list(pool: &PgPool, tenant: Option<Uuid>) -> Result<Vec<Endpoint>, 
 }
 
 /// Enables or disables an endpoint; `reason` is kept for people reading the endpoint list.
+/// How many endpoints are disabled (by an operator, a 410, or failing for too long).
+pub async fn count_disabled(pool: &PgPool) -> Result<i64, StoreError> {
+    Ok(
+        sqlx::query_scalar("SELECT count(*) FROM hookstream.endpoints WHERE NOT enabled")
+            .fetch_one(pool)
+            .await?,
+    )
+}
+
 pub async fn set_enabled(
     pool: &PgPool,
     id: Uuid,

@@ -8,8 +8,10 @@
 
 pub mod api_keys;
 pub mod applications;
+pub mod attempt_stats;
 pub mod attempts;
 pub mod batch;
+pub mod breakers;
 pub mod dead_letters;
 pub mod delivery_pages;
 pub mod endpoint_admin;

@@ -107,6 +107,15 @@ pub async fn backlog(pool: &PgPool) -> Result<(i64, f64), StoreError> {
     Ok((rows, age.unwrap_or(0.0)))
 }
 
+/// How many rows the relay quarantined (they wait for an operator).
+pub async fn quarantined_count(pool: &PgPool) -> Result<i64, StoreError> {
+    Ok(
+        sqlx::query_scalar("SELECT count(*) FROM hookstream.outbox_quarantine")
+            .fetch_one(pool)
+            .await?,
+    )
+}
+
 /// A quarantined row, for operators and tests.
 #[derive(Debug, Clone, sqlx::FromRow, serde::Serialize)]
 pub struct QuarantinedRow {

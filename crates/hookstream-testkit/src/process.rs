@@ -89,6 +89,10 @@ pub fn service_env(env: &crate::TestEnv) -> Vec<(String, String)> {
     .iter()
     .map(|(k, v)| (k.to_string(), v.to_string()))
     .chain([
+        (
+            "HOOKSTREAM_RETRY__PARTITIONS".to_string(),
+            env.partitions.to_string(),
+        ),
         ("HOOKSTREAM_DLQ__SINK_GROUP_ID".to_string(), env.dlq_sink_group()),
         (
             "HOOKSTREAM_ATTEMPTS__SINK_GROUP_ID".to_string(),

@@ -27,8 +27,8 @@ pub use chaos::{
 };
 pub use relay::{BucketQuantiles, Drain, RelayLatency, RelayReport, RelayUsage};
 pub use scenario::{
-    AfterRecovery, BaselineFigures, ClassFigures, Contract, CrashFigures, CrashSection, EarlyRetry,
-    FanoutSection, HealthyPhase, Kill, KillsPhase, LadderStep, MaxFigures, MaxSection, NoFigures,
+    AfterRecovery, AttemptLogFigures, BaselineFigures, ClassFigures, Contract, CrashFigures, CrashSection,
+    EarlyRetry, FanoutSection, HealthyPhase, Kill, KillsPhase, LadderStep, MaxFigures, MaxSection, NoFigures,
     NoisyFigures, NoisySection, OutageFigures, OutageSection, PhaseExtra, PhaseFigures, QuietRun, Ratios,
     RecoveryPhase, ScenarioReport, SteadyFigures, SteadySection,
 };
@@ -321,6 +321,7 @@ pub mod fixtures {
             latency_measures: "l".into(),
             per_class: BTreeMap::new(),
             processes: BTreeMap::from([("dispatcher".to_string(), Usage::default())]),
+            attempt_log: None,
         }
     }
 

@@ -54,6 +54,23 @@ pub struct Contract {
     pub per_class: BTreeMap<String, ClassFigures>,
     /// Per service (or the baseline's poller process).
     pub processes: BTreeMap<String, Usage>,
+    /// What the attempt log cost and how the attempt sink kept up (Hookstream's runs;
+    /// absent from reports older than the figure).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempt_log: Option<AttemptLogFigures>,
+}
+
+/// The attempt log of a run: which attempts were produced (`attempts.log`), and the attempt
+/// sink's lag behind them, sampled every second from outside its group.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AttemptLogFigures {
+    /// `all`, `failures` or `off`.
+    pub mode: String,
+    pub sink_max_lag_messages: i64,
+    /// Age of the oldest attempt record the sink had not stored, at its worst.
+    pub sink_max_lag_s: f64,
+    /// Rows in `hookstream.attempts` at the end of the run.
+    pub stored: i64,
 }
 
 impl Contract {

@@ -66,7 +66,7 @@ impl Default for AttemptsConfig {
         Self {
             log: LogMode::All,
             sink_enabled: true,
-            sink_group_id: "hookstream-attempt-sink".into(),
+            sink_group_id: hookstream_config::DEFAULT_ATTEMPT_SINK_GROUP.into(),
             retention_days: 30,
             max_body_bytes: 4 * 1024,
         }

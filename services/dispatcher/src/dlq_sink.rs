@@ -60,7 +60,7 @@ impl Default for DlqConfig {
     fn default() -> Self {
         Self {
             sink_enabled: true,
-            sink_group_id: "hookstream-dlq-sink".into(),
+            sink_group_id: hookstream_config::DEFAULT_DLQ_SINK_GROUP.into(),
             retention_days: 90,
             prune_interval_ms: 3_600_000,
         }

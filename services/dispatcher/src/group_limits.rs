@@ -75,6 +75,11 @@ impl GroupLimits {
     }
 
     /// Live replicas, as of the last heartbeat (at least 1: this one).
+    /// This process's id among the live dispatchers.
+    pub fn member(&self) -> Uuid {
+        self.member
+    }
+
     pub fn live(&self) -> u32 {
         self.live.load(Ordering::Relaxed).max(1)
     }

@@ -198,6 +198,8 @@ const HALF_OPEN: u8 = 2;
 /// What the breaker's instrument keeps: the state and, when open, until when.
 struct BreakerState {
     state: AtomicU8,
+    /// When it last left the closed state (ms since the epoch).
+    since_ms: AtomicI64,
     open_until_ms: AtomicI64,
     /// The delay the policy chose for the current opening (read by `on_open`).
     last_cooldown_ms: Arc<AtomicU64>,
@@ -221,6 +223,9 @@ impl Observer {
         };
         if from != to {
             self.metrics.breaker_transitions.with_label_values(&[label]).inc();
+        }
+        if from == CLOSED && to != CLOSED {
+            self.state.since_ms.store(now_ms(), Ordering::Release);
         }
         match (from == CLOSED, to == CLOSED) {
             (true, false) => self.metrics.breakers_open.inc(),
@@ -343,6 +348,7 @@ impl Guard {
         };
         let state = Arc::new(BreakerState {
             state: AtomicU8::new(CLOSED),
+            since_ms: AtomicI64::new(0),
             open_until_ms: AtomicI64::new(0),
             last_cooldown_ms: last,
             probing: AtomicBool::new(false),
@@ -409,6 +415,15 @@ impl Guard {
     fn breaker_state(&self) -> u8 {
         self.state.state.load(Ordering::Acquire)
     }
+}
+
+/// A breaker that is not closed: open (refusing until `open_until_ms`) or half-open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BreakerSnapshot {
+    pub endpoint_id: Uuid,
+    pub open: bool,
+    pub since_ms: i64,
+    pub open_until_ms: Option<i64>,
 }
 
 /// The guards of every endpoint this dispatcher delivers to.
@@ -584,6 +599,29 @@ impl Isolation {
                 || g.last_used_ms.load(Ordering::Relaxed) > cutoff
                 || *g.next_deferral_ms.lock().expect("deferral clock lock") > now_ms()
         });
+    }
+
+    /// The breakers of this dispatcher that are not closed, for publishing
+    /// (`crate::breaker_report`).
+    pub fn not_closed(&self) -> Vec<BreakerSnapshot> {
+        self.guards
+            .lock()
+            .expect("guards lock")
+            .iter()
+            .filter_map(|(id, g)| {
+                let open = match g.breaker_state() {
+                    OPEN => true,
+                    HALF_OPEN => false,
+                    _ => return None,
+                };
+                Some(BreakerSnapshot {
+                    endpoint_id: *id,
+                    open,
+                    since_ms: g.state.since_ms.load(Ordering::Acquire),
+                    open_until_ms: open.then(|| g.state.open_until_ms.load(Ordering::Acquire)),
+                })
+            })
+            .collect()
     }
 
     /// Number of endpoints with a guard (for tests and the eviction log).

@@ -7,7 +7,8 @@
 //! snapshot (`subscriptions.rs`) and fanned out (`fanout.rs`); each attempt's outcome
 //! becomes delivered, a retry-tier record or a dead letter (`outcome.rs`, `handoff.rs`); the
 //! attempt log (`attempt_log.rs`) and endpoint health (`endpoint_health.rs`) follow every
-//! attempt; per-endpoint guards (`isolation.rs`) keep one endpoint from hurting another.
+//! attempt; per-endpoint guards (`isolation.rs`) keep one endpoint from hurting another, and
+//! the breakers that are not closed are published for operators (`breaker_report.rs`).
 //!
 //! Every long-running task is supervised: one that stops unexpectedly makes `/healthz` fail
 //! and the process exit non-zero. An offset is stored only when every delivery of every event
@@ -17,6 +18,7 @@
 
 mod attempt_log;
 pub mod attempt_sink;
+mod breaker_report;
 pub mod config;
 mod context;
 pub mod dlq_sink;
@@ -114,7 +116,10 @@ pub async fn run(
         hookstream_store::migrate(&pool).await?;
     }
     let retrying = cfg.retry.enabled;
-    if retrying {
+    // Only the roles that hand records to the tiers or read them need the tier topics (a
+    // process running only the sinks does not).
+    let uses_tiers = cfg.dispatcher.runs(Role::Events) || cfg.dispatcher.runs(Role::Retry);
+    if retrying && uses_tiers {
         // Without the tiers no retry can be handed on; with too short a retention a record
         // could be deleted before it is due.
         hookstream_kafka::ensure_topics(
@@ -171,6 +176,10 @@ pub async fn run(
     let grace = Duration::from_millis(cfg.dispatcher.shutdown_grace_ms);
     let mut sup = Supervisor::new(health.clone(), shutdown.clone(), grace + Duration::from_secs(10));
     if let Some(group) = group {
+        sup.spawn(
+            "breaker report",
+            breaker_report::run(ctx.clone(), pool.clone(), group.member(), shutdown.clone()),
+        );
         sup.spawn("group limits", group.run(shutdown.clone()));
     }
     sup.spawn(

@@ -160,6 +160,7 @@ pub async fn stats(a: StatsArgs, pool: &PgPool) -> anyhow::Result<()> {
             "p99 ms",
             "top error",
             "top status",
+            "breaker",
             "state",
         ],
         rows.iter()
@@ -183,6 +184,7 @@ pub async fn stats(a: StatsArgs, pool: &PgPool) -> anyhow::Result<()> {
                     s.top_status.map_or("-".into(), |c| {
                         format!("{c} ({})", s.top_status_count.unwrap_or(0))
                     }),
+                    s.breaker.clone(),
                     state,
                 ]
             })

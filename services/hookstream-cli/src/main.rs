@@ -9,6 +9,7 @@
 mod api_keys;
 mod attempts;
 mod dlq;
+mod health;
 mod listen;
 mod probe;
 mod secrets;
@@ -70,6 +71,10 @@ enum Command {
     /// The delivery log: every attempt, with why it was made and what happened next.
     #[command(subcommand)]
     Attempts(AttemptsCmd),
+    /// The pipeline at a glance: outbox backlog, consumer lag per group, retry tiers' next
+    /// due records, dead letters in the last hour, disabled endpoints and open breakers.
+    /// Exits 1 when a figure is past its `[health]` threshold or cannot be read.
+    Health(health::HealthArgs),
     /// Run a receiver that verifies each delivery's signature and prints it.
     Listen(listen::ListenArgs),
     /// Keys that seal endpoint secrets at rest.
@@ -222,8 +227,8 @@ enum OutboxCmd {
     },
 }
 
-/// The CLI reads the services' [database], [kafka], [retry], [secrets] and
-/// [delivery].allow_cidrs and ignores the rest.
+/// The CLI reads the services' [database], [kafka], [retry], [secrets],
+/// [delivery].allow_cidrs, the sinks' group ids and its own [health], and ignores the rest.
 #[derive(Debug, Default, Serialize, Deserialize)]
 #[serde(default)]
 struct CliConfig {
@@ -232,6 +237,27 @@ struct CliConfig {
     retry: RetryConfig,
     secrets: SecretsConfig,
     delivery: CliDelivery,
+    dlq: CliSink,
+    attempts: CliSink,
+    health: health::HealthThresholds,
+}
+
+/// What the CLI needs of `[dlq]` and `[attempts]`: the sink's consumer group (empty: the
+/// default group of that sink).
+#[derive(Debug, Default, Serialize, Deserialize)]
+#[serde(default)]
+struct CliSink {
+    sink_group_id: String,
+}
+
+impl CliSink {
+    fn group_or(&self, default: &str) -> String {
+        if self.sink_group_id.trim().is_empty() {
+            default.to_string()
+        } else {
+            self.sink_group_id.clone()
+        }
+    }
 }
 
 /// What the CLI needs of `[delivery]`: the SSRF allow-list, which endpoint creation applies
@@ -339,6 +365,19 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             match command {
                 Command::Dlq(cmd) => dlq::run(cmd, &pool, &cfg.kafka, &cfg.retry).await,
                 Command::ApiKey(cmd) => api_keys::run(cmd, &pool).await,
+                Command::Health(a) => {
+                    let groups = health::Groups {
+                        dlq_sink: cfg.dlq.group_or(hookstream_config::DEFAULT_DLQ_SINK_GROUP),
+                        attempt_sink: cfg
+                            .attempts
+                            .group_or(hookstream_config::DEFAULT_ATTEMPT_SINK_GROUP),
+                    };
+                    let thresholds = cfg.health.clone();
+                    if !health::run(a, &pool, &cfg.kafka, &cfg.retry, groups, thresholds).await? {
+                        std::process::exit(1);
+                    }
+                    Ok(())
+                }
                 Command::Attempts(AttemptsCmd::List(a)) => attempts::list(a, &pool).await,
                 Command::Event(EventCmd::Show(a)) => attempts::show(a, &pool).await,
                 Command::Endpoint(EndpointCmd::Stats(a)) => attempts::stats(a, &pool).await,
@@ -514,6 +553,7 @@ async fn run_db(command: Command, pool: &PgPool, cfg: &CliConfig) -> anyhow::Res
         }
         Command::Dlq(_) | Command::Event(EventCmd::Resend(_)) => unreachable!("handled in dlq.rs"),
         Command::ApiKey(_) => unreachable!("handled in api_keys.rs"),
+        Command::Health(_) => unreachable!("handled in health.rs"),
         Command::Attempts(_)
         | Command::Endpoint(EndpointCmd::Stats(_))
         | Command::Event(EventCmd::Show(_)) => {

@@ -6,58 +6,19 @@ use std::time::Duration;
 
 use hookstream_store::dead_letters::{self, Filter};
 use hookstream_store::outbox::NewEvent;
-use hookstream_testkit::process::service_env;
 use hookstream_testkit::{eventually, Behaviour, Receiver, TestEnv};
-use serde_json::{json, Value};
+use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 const SCHEDULE: &str = "[1000]";
 
-struct Run {
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
-}
-
-impl Run {
-    fn json(&self) -> Value {
-        serde_json::from_str(&self.stdout)
-            .unwrap_or_else(|e| panic!("not JSON ({e}): {}\nstderr: {}", self.stdout, self.stderr))
-    }
-
-    fn ok(self) -> Self {
-        assert_eq!(
-            self.code,
-            Some(0),
-            "stdout: {}\nstderr: {}",
-            self.stdout,
-            self.stderr
-        );
-        self
-    }
-}
+mod common;
+use common::Run;
 
 async fn hookstream(env: &TestEnv, args: &[&str]) -> Run {
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_hookstream"))
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .envs(service_env(env))
-        .env("HOOKSTREAM_RETRY__SCHEDULE_MS", SCHEDULE)
-        .args([
-            "--database-url",
-            &env.database.url,
-            "--brokers",
-            &env.kafka.brokers,
-        ])
-        .args(args)
-        .output()
-        .await
-        .expect("run hookstream");
-    Run {
-        code: out.status.code(),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+    let mut c = common::against(env, &env.kafka.brokers);
+    c.env("HOOKSTREAM_RETRY__SCHEDULE_MS", SCHEDULE).args(args);
+    common::run(c).await
 }
 
 fn start(env: &TestEnv) -> CancellationToken {

@@ -9,28 +9,17 @@ use std::time::{Duration, Instant};
 use axum::http::StatusCode;
 use axum::Router;
 
-struct Run {
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
-}
+mod common;
+use common::Run;
 
 /// Runs `hookstream probe URL ARGS…` with a configuration that would fail to load.
 async fn probe(url: &str, args: &[&str]) -> Run {
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_hookstream"))
-        .env_clear()
-        .env("HOOKSTREAM_CONFIG", "/nonexistent/hookstream.toml")
+    let mut c = common::command();
+    c.env("HOOKSTREAM_CONFIG", "/nonexistent/hookstream.toml")
         .env("HOOKSTREAM_DATABASE__URL", "not-a-database-url")
         .args(["probe", url])
-        .args(args)
-        .output()
-        .await
-        .expect("run hookstream");
-    Run {
-        code: out.status.code(),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+        .args(args);
+    common::run(c).await
 }
 
 /// A server whose first answer is 200 and every later one 503 (a service that stops being ready).

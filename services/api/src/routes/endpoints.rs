@@ -11,7 +11,7 @@ use axum::response::IntoResponse;
 use chrono::Utc;
 use hookstream_signing::Secret;
 use hookstream_store::endpoint_admin::{self, EndpointFields, EndpointPatch as StorePatch, ManagedEndpoint};
-use hookstream_store::{attempts, dead_letters, delivery_pages, event_types, messages, StoreError};
+use hookstream_store::{attempt_stats, dead_letters, delivery_pages, event_types, messages, StoreError};
 use uuid::Uuid;
 
 use super::{
@@ -403,10 +403,7 @@ pub async fn stats(
         .unwrap_or_else(|| Utc::now() - chrono::Duration::hours(24));
     let counts =
         delivery_pages::endpoint_state_counts(&state.pool, tenant, ep.id, Some(since), p.until).await?;
-    let latency = attempts::endpoint_stats(&state.pool, Some(tenant), since)
-        .await?
-        .into_iter()
-        .find(|s| s.endpoint_id == ep.id);
+    let latency = attempt_stats::one_endpoint_stats(&state.pool, ep.id, since).await?;
     Ok(axum::Json(EndpointStats {
         success: counts.delivered,
         pending: counts.retrying,

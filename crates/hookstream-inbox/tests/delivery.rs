@@ -1,0 +1,724 @@
+//! Receivers on the inbox with a real Hookstream delivering to them (outbox, relay, Kafka,
+//! dispatcher, signed POSTs): a duplicate storm processed exactly once, 1,000 orders shipped
+//! before they are paid, a receiver SIGKILLed while it processes, and the Python and Node
+//! receivers of `examples/` judged by the same rules on the same table.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use hookstream_inbox::demo::Shop;
+use hookstream_inbox::InboxConfig;
+use hookstream_replay::{ReplayOptions, Replayer};
+use hookstream_signing::Secret;
+use hookstream_store::dead_letters::Filter;
+use hookstream_store::outbox::NewEvent;
+use hookstream_testkit::{eventually, TestEnv};
+use serde_json::json;
+use sqlx::PgPool;
+use tokio::process::{Child, Command};
+
+mod common;
+use common::{
+    dispatcher_config, endpoint, log_lines, post_signed, serve, start_pipeline, statuses, test_config,
+};
+
+/// `shop_log` rows and distinct message ids among them.
+async fn processed(pool: &PgPool) -> (i64, i64) {
+    sqlx::query_as("SELECT count(*), count(DISTINCT message_id) FROM shop_log")
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+async fn publish_chunked(env: &TestEnv, events: Vec<NewEvent>) -> Vec<uuid::Uuid> {
+    let mut ids = Vec::new();
+    for chunk in events.chunks(500) {
+        ids.extend(env.publish(chunk).await.unwrap());
+    }
+    ids
+}
+
+fn order_event(tenant: uuid::Uuid, kind: &str, order: i64) -> NewEvent {
+    NewEvent::new(tenant, kind, json!({ "order_id": order })).aggregate("order", order.to_string())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_duplicate_storm_is_processed_exactly_once() {
+    let env = TestEnv::new(2).await.unwrap();
+    hookstream_inbox::demo::migrate(&env.pool).await.unwrap();
+    let served = serve(
+        &env.pool,
+        test_config("storm", &Secret::generate()),
+        Shop::default(),
+    )
+    .await;
+    let tenant = env.tenant("storm").await.unwrap();
+    // Event type storm.nK reaches K - 1 of the endpoints 1..=9 (endpoint j takes K > j), all
+    // delivering to the one inbox: K - 1 concurrent deliveries of one webhook-id.
+    let mut known = Vec::new();
+    for j in 1..=9 {
+        let types: Vec<String> = (j + 1..=10).map(|k| format!("storm.n{k}")).collect();
+        let types: Vec<&str> = types.iter().map(String::as_str).collect();
+        let (_, secret) = endpoint(&env, tenant, &served.url, &types).await;
+        known.push(secret);
+    }
+    let endpoint_1 = {
+        // Endpoint 1's id, for resends.
+        let eps = hookstream_store::endpoints::list(&env.pool, Some(tenant))
+            .await
+            .unwrap();
+        eps.iter().find(|e| e.event_types.len() == 9).unwrap().id
+    };
+    // One more endpoint whose secret the receiver does not know yet: every delivery is
+    // refused (401), dead-lettered, and replayed once the receiver learned the secret.
+    let (late, late_secret) = endpoint(&env, tenant, &served.url, &["storm.*"]).await;
+    served.receiver.secrets().replace(known);
+    let cfg = dispatcher_config(&env, vec![1_000, 2_000]);
+    let retry = cfg.retry.clone();
+    let pipeline = start_pipeline(&env, cfg);
+
+    let n = 160usize;
+    let k_of = |i: usize| 3 + i % 8; // deliveries of event i in the end: 3..=10
+    let events: Vec<NewEvent> = (0..n)
+        .map(|i| {
+            NewEvent::new(tenant, format!("storm.n{}", k_of(i)), json!({ "i": i }))
+                .aggregate("storm", format!("a{}", i % 13))
+        })
+        .collect();
+    let ids = publish_chunked(&env, events).await;
+    let fanout: usize = (0..n).map(|i| k_of(i) - 1).sum();
+    let src = ("source", "storm");
+    let seen = |served: &common::Served| {
+        served.metric("hookstream_inbox_received_total", &[src])
+            + served.metric("hookstream_inbox_duplicates_total", &[src])
+    };
+    let dead = |pool: PgPool| async move {
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM hookstream.dead_letters WHERE endpoint_id = $1")
+            .bind(late)
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+    };
+    let fanned = eventually(Duration::from_secs(60), || async {
+        seen(&served) as usize >= fanout && dead(env.pool.clone()).await as usize >= n
+    })
+    .await;
+    assert!(
+        fanned,
+        "fan-out deliveries {} of {fanout}, dead letters {} of {n}",
+        seen(&served),
+        dead(env.pool.clone()).await
+    );
+    assert_eq!(
+        served.metric("hookstream_inbox_verification_failures_total", &[src]) as usize,
+        n,
+        "the unknown secret's deliveries were refused, and stored nothing"
+    );
+
+    // The receiver learns the secret (a rotation); the dead letters are replayed, and ten
+    // events of three deliveries are resent once more.
+    served.receiver.secrets().add(late_secret);
+    let replayer = Replayer::new(env.pool.clone(), &env.kafka, &retry).unwrap();
+    let report = replayer
+        .replay(
+            &Filter {
+                endpoint: Some(late),
+                ..Default::default()
+            },
+            &ReplayOptions {
+                rate_per_s: 400.0,
+                dry_run: false,
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(report.replayed.len(), n, "{report:?}");
+    let resent: Vec<uuid::Uuid> = (0..n)
+        .filter(|i| k_of(*i) == 3)
+        .take(10)
+        .map(|i| ids[i])
+        .collect();
+    for id in &resent {
+        replayer
+            .resend(*id, endpoint_1, Duration::from_secs(600))
+            .await
+            .unwrap();
+    }
+    let total: usize = (0..n).map(k_of).sum::<usize>() + resent.len();
+    assert!(
+        eventually(Duration::from_secs(60), || async {
+            seen(&served) as usize >= total
+        })
+        .await,
+        "deliveries {} of {total}",
+        seen(&served)
+    );
+    assert!(
+        eventually(Duration::from_secs(30), || async {
+            statuses(&env.pool, "storm").await == (0, n as i64, 0)
+        })
+        .await,
+        "{:?}",
+        statuses(&env.pool, "storm").await
+    );
+    pipeline.cancel();
+    // Let anything still in flight land, then count.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let delivered = seen(&served) as usize;
+    assert_eq!(
+        processed(&env.pool).await,
+        (n as i64, n as i64),
+        "each event processed exactly once"
+    );
+    assert_eq!(
+        served.metric("hookstream_inbox_received_total", &[src]) as usize,
+        n
+    );
+    assert_eq!(
+        served.metric("hookstream_inbox_duplicates_total", &[src]) as usize,
+        delivered - n
+    );
+    assert!(delivered >= total, "{delivered} deliveries, {total} planned");
+    let logged: Vec<String> = sqlx::query_scalar("SELECT message_id FROM shop_log")
+        .fetch_all(&env.pool)
+        .await
+        .unwrap();
+    let mut want: Vec<String> = ids.iter().map(|i| i.to_string()).collect();
+    let mut got = logged;
+    want.sort();
+    got.sort();
+    assert_eq!(got, want, "exactly the published events");
+    served.stop().await.expect("clean shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn orders_shipped_before_they_are_paid_all_end_shipped_and_an_orphan_is_quarantined() {
+    let env = TestEnv::new(2).await.unwrap();
+    hookstream_inbox::demo::migrate(&env.pool).await.unwrap();
+    let _ = common::logs();
+    let cfg = InboxConfig {
+        defer_backoff_ms: 100,
+        max_defer_backoff_ms: 2_000,
+        max_deferrals: 10,
+        ..test_config("ooo", &Secret::generate())
+    };
+    let served = serve(&env.pool, cfg, Shop::default()).await;
+    let tenant = env.tenant("shop").await.unwrap();
+    let (_, secret) = endpoint(&env, tenant, &served.url, &["order.*"]).await;
+    served.receiver.secrets().replace(vec![secret]);
+    let pipeline = start_pipeline(&env, dispatcher_config(&env, vec![1_000, 2_000]));
+
+    let orders = 1_000i64;
+    let orphan = 1_000_000i64;
+    let mut shipped: Vec<NewEvent> = (1..=orders)
+        .map(|o| order_event(tenant, "order.shipped", o))
+        .collect();
+    shipped.push(order_event(tenant, "order.shipped", orphan));
+    publish_chunked(&env, shipped).await;
+    let paid: Vec<NewEvent> = (1..=orders)
+        .map(|o| order_event(tenant, "order.paid", o))
+        .collect();
+    publish_chunked(&env, paid).await;
+
+    let pool = &env.pool;
+    let all_shipped = eventually(Duration::from_secs(90), || async {
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM shop_orders WHERE status = 'shipped'")
+            .fetch_one(pool)
+            .await
+            .unwrap()
+            == orders
+    })
+    .await;
+    assert!(all_shipped, "{:?}", statuses(pool, "ooo").await);
+    let orphan_quarantined = eventually(Duration::from_secs(60), || async {
+        statuses(pool, "ooo").await == (0, 2 * orders, 1)
+    })
+    .await;
+    assert!(orphan_quarantined, "{:?}", statuses(pool, "ooo").await);
+    pipeline.cancel();
+
+    let (reason, deferrals): (String, i32) = sqlx::query_as(
+        "SELECT last_reason, deferrals FROM hookstream_inbox.inbox WHERE source = 'ooo' AND status = 'quarantined'",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        reason,
+        format!("deferred 10 times (inbox.max_deferrals 10): order {orphan} not paid yet")
+    );
+    assert_eq!(deferrals, 11);
+    assert_eq!(
+        processed(pool).await,
+        (2 * orders, 2 * orders),
+        "every event processed once, none rejected"
+    );
+
+    // Shipped before paid: deferred, each deferral with its reason in the row and in the log.
+    let (deferred_rows, total_deferrals, wrong_reasons): (i64, i64, i64) = sqlx::query_as(
+        "SELECT count(*) FILTER (WHERE deferrals > 0), coalesce(sum(deferrals), 0),
+                count(*) FILTER (WHERE deferrals > 0 AND last_reason NOT LIKE 'order % not paid yet'
+                                                     AND last_reason NOT LIKE 'deferred %')
+           FROM hookstream_inbox.inbox WHERE source = 'ooo'",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    assert!(
+        deferred_rows > orders / 2,
+        "most shipped events arrived first: {deferred_rows} deferred"
+    );
+    assert_eq!(wrong_reasons, 0);
+    // Logged right after the commit that the counts above saw: give the last line a moment.
+    let logs_of = || {
+        (
+            log_lines(&["inbox: message deferred", "source=\"ooo\"", "not paid yet"]),
+            log_lines(&["inbox: message quarantined", "source=\"ooo\"", "not paid yet"]),
+        )
+    };
+    eventually(Duration::from_secs(5), || async {
+        let (d, q) = logs_of();
+        (d.len() + q.len()) as i64 >= total_deferrals
+    })
+    .await;
+    let (deferral_logs, quarantine_logs) = logs_of();
+    assert_eq!(
+        deferral_logs.len() as i64 + quarantine_logs.len() as i64,
+        total_deferrals,
+        "one log line per deferral"
+    );
+    assert_eq!(quarantine_logs.len(), 1);
+    assert_eq!(
+        served.metric("hookstream_inbox_deferrals_total", &[("source", "ooo")]) as i64,
+        total_deferrals
+    );
+    // Every order was shipped after it was paid (the stamps are the statements' clocks).
+    let early: i64 = sqlx::query_scalar("SELECT count(*) FROM shop_orders WHERE shipped_at < paid_at")
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    assert_eq!(early, 0);
+    served.stop().await.expect("clean shutdown");
+}
+
+/// A free port on 127.0.0.1 (for a receiver that must come back on the same address).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+async fn wait_listening(port: u16, child: &mut Child, log: &Path) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        if tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() {
+            return;
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!(
+                "receiver exited with {status} before listening:\n{}",
+                std::fs::read_to_string(log).unwrap_or_default()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!(
+        "receiver not listening on {port}:\n{}",
+        std::fs::read_to_string(log).unwrap_or_default()
+    );
+}
+
+/// Starts `program args` with `vars` (and PATH only), its output appended to `log`.
+fn spawn_logged(program: &Path, args: &[&str], vars: &[(String, String)], dir: &Path, log: &Path) -> Child {
+    let out = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .unwrap();
+    let mut cmd = Command::new(program);
+    cmd.args(args)
+        .current_dir(dir)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .stdin(Stdio::null())
+        .stdout(out.try_clone().unwrap())
+        .stderr(out)
+        .kill_on_drop(true);
+    for (k, v) in vars {
+        cmd.env(k, v);
+    }
+    cmd.spawn()
+        .unwrap_or_else(|e| panic!("cannot start {}: {e}", program.display()))
+}
+
+fn sigterm(child: &Child) {
+    let pid = child.id().expect("running");
+    let _ = std::process::Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status();
+}
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_receiver_killed_while_it_processes_loses_nothing_and_processes_nothing_twice() {
+    let env = TestEnv::new(2).await.unwrap();
+    let tenant = env.tenant("crash").await.unwrap();
+    let port = free_port();
+    let url = format!("http://127.0.0.1:{port}/webhooks/hookstream");
+    let (_, secret) = endpoint(&env, tenant, &url, &["order.*"]).await;
+    let log = env.log_path("inbox-demo");
+    let vars: Vec<(String, String)> = [
+        ("HOOKSTREAM_DATABASE__URL", env.database.url.clone()),
+        ("HOOKSTREAM_INBOX__SOURCE", "crash".into()),
+        ("HOOKSTREAM_INBOX__SECRETS", format!("[\"{}\"]", secret.expose())),
+        ("HOOKSTREAM_INBOX__POLL_INTERVAL_MS", "50".into()),
+        ("HOOKSTREAM_INBOX__BATCH_SIZE", "20".into()),
+        ("HOOKSTREAM_DEMO__LISTEN", format!("127.0.0.1:{port}")),
+        // Slow processing (in the transaction), so that the kills land mid-batch.
+        ("HOOKSTREAM_DEMO__HANDLER_DELAY_MS", "3".into()),
+        ("RUST_LOG", "info".into()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_hookstream-inbox-demo"));
+    let spawn = || spawn_logged(&bin, &[], &vars, &repo_root(), &log);
+    let mut child = spawn();
+    wait_listening(port, &mut child, &log).await;
+    let pipeline = start_pipeline(
+        &env,
+        dispatcher_config(&env, vec![300, 600, 1_000, 2_000, 3_000, 5_000, 5_000, 10_000]),
+    );
+
+    let orders = 1_500i64;
+    let events: Vec<NewEvent> = (1..=orders)
+        .map(|o| order_event(tenant, "order.paid", o))
+        .collect();
+    let ids = publish_chunked(&env, events).await;
+    let pool = &env.pool;
+    // SIGKILL twice while it processes: once a fifth is processed, once more than half is.
+    let mut kills = Vec::new();
+    for threshold in [orders / 5, orders * 3 / 5] {
+        let reached = eventually(Duration::from_secs(60), || async {
+            processed(pool).await.0 >= threshold
+        })
+        .await;
+        assert!(
+            reached,
+            "processing stalled before {threshold}: {:?}",
+            processed(pool).await
+        );
+        let (done, _) = processed(pool).await;
+        let in_flight: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity
+              WHERE datname = current_database() AND pid <> pg_backend_pid() AND xact_start IS NOT NULL
+                AND (query LIKE '%pg_sleep%' OR query LIKE '%shop_%')",
+        )
+        .fetch_one(pool)
+        .await
+        .unwrap();
+        child.kill().await.unwrap();
+        kills.push((done, in_flight));
+        assert!(done < orders, "killed after processing had finished");
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        child = spawn();
+        wait_listening(port, &mut child, &log).await;
+    }
+    let finished = eventually(Duration::from_secs(90), || async {
+        processed(pool).await.0 >= orders
+    })
+    .await;
+    assert!(finished, "{:?} after kills at {kills:?}", processed(pool).await);
+    assert!(
+        eventually(Duration::from_secs(30), || async {
+            statuses(pool, "crash").await == (0, orders, 0)
+        })
+        .await,
+        "{:?}",
+        statuses(pool, "crash").await
+    );
+    pipeline.cancel();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        processed(pool).await,
+        (orders, orders),
+        "nothing lost, nothing twice (kills at {kills:?})"
+    );
+    let paid: i64 = sqlx::query_scalar("SELECT count(*) FROM shop_orders WHERE status = 'paid'")
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    assert_eq!(paid, orders);
+    let logged: Vec<String> = sqlx::query_scalar("SELECT message_id FROM shop_log")
+        .fetch_all(pool)
+        .await
+        .unwrap();
+    let logged: std::collections::HashSet<String> = logged.into_iter().collect();
+    assert!(ids.iter().all(|id| logged.contains(&id.to_string())));
+    assert!(
+        kills.iter().any(|(_, in_flight)| *in_flight > 0),
+        "no kill caught a transaction in flight: {kills:?}"
+    );
+    sigterm(&child);
+    let status = tokio::time::timeout(Duration::from_secs(20), child.wait())
+        .await
+        .expect("the receiver drains and exits")
+        .unwrap();
+    assert!(status.success(), "exit {status}");
+}
+
+/// A receiver of `examples/` (python or node) judged like the Rust one: verify, store once,
+/// defer until paid, quarantine the orphan, the business table written once per message.
+async fn foreign_receiver(lang: &str) {
+    let env = TestEnv::new(2).await.unwrap();
+    let setup = std::process::Command::new("bash")
+        .arg(repo_root().join("scripts/setup/inbox-receivers.sh"))
+        .arg(lang)
+        .output()
+        .expect("run scripts/setup/inbox-receivers.sh");
+    assert!(
+        setup.status.success(),
+        "installing the {lang} receiver's packages failed:\n{}",
+        String::from_utf8_lossy(&setup.stderr)
+    );
+    let installed = PathBuf::from(
+        String::from_utf8(setup.stdout)
+            .unwrap()
+            .trim()
+            .lines()
+            .last()
+            .unwrap(),
+    );
+    let tenant = env.tenant(lang).await.unwrap();
+    let port = free_port();
+    let url = format!("http://127.0.0.1:{port}/webhooks/hookstream");
+    // Two endpoints to the one receiver: every event arrives twice, with different secrets.
+    let (_, a) = endpoint(&env, tenant, &url, &["order.*"]).await;
+    let (_, b) = endpoint(&env, tenant, &url, &["order.*"]).await;
+    let source = format!("{lang}-shop");
+    let mut vars: Vec<(String, String)> = [
+        ("DATABASE_URL", env.database.url.clone()),
+        ("INBOX_SOURCE", source.clone()),
+        ("INBOX_SECRETS", format!("{} {}", a.expose(), b.expose())),
+        ("INBOX_LISTEN", format!("127.0.0.1:{port}")),
+        ("INBOX_MAX_BODY_BYTES", "65536".into()),
+        ("INBOX_POLL_MS", "50".into()),
+        ("INBOX_DEFER_BACKOFF_MS", "100".into()),
+        ("INBOX_MAX_DEFER_BACKOFF_MS", "1000".into()),
+        ("INBOX_MAX_DEFERRALS", "8".into()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    let (program, script, dir) = match lang {
+        "python" => (
+            installed.clone(),
+            "shop.py",
+            repo_root().join("examples/inbox-python"),
+        ),
+        "node" => {
+            vars.push(("NODE_PATH".into(), installed.display().to_string()));
+            (
+                PathBuf::from("node"),
+                "shop.js",
+                repo_root().join("examples/inbox-node"),
+            )
+        }
+        other => panic!("no receiver for {other}"),
+    };
+    let program = if program.is_relative() {
+        which(&program)
+    } else {
+        program
+    };
+    let log = env.log_path(&format!("inbox-{lang}"));
+    let mut child = spawn_logged(&program, &[script], &vars, &dir, &log);
+    wait_listening(port, &mut child, &log).await;
+
+    // Straight at it: what is refused stores nothing; a duplicate is a success.
+    let client = reqwest::Client::new();
+    let r = post_signed(&client, &url, &Secret::generate(), "direct-bad", b"{}").await;
+    assert_eq!(r.status(), 401, "{lang}: another secret");
+    let r = post_signed(&client, &url, &a, "direct-text", b"not json").await;
+    assert_eq!(r.status(), 400, "{lang}: not JSON");
+    let big = format!("{{\"pad\":\"{}\"}}", "x".repeat(70_000));
+    let r = post_signed(&client, &url, &a, "direct-big", big.as_bytes()).await;
+    assert_eq!(r.status(), 413, "{lang}: too large");
+    let stale = chrono::Utc::now().timestamp() - 400;
+    let r = common::post_signed_at(&client, &url, &a, "direct-stale", b"{}", stale).await;
+    assert_eq!(r.status(), 401, "{lang}: stale timestamp");
+    let r = post_signed(&client, &url, &a, &"i".repeat(300), b"{}").await;
+    assert_eq!(r.status(), 400, "{lang}: webhook-id too long to index");
+    for _ in 0..2 {
+        let r = post_signed(&client, &url, &b, "direct-ok", br#"{"type":"note.added"}"#).await;
+        assert_eq!(r.status(), 204, "{lang}: stored, then a duplicate");
+    }
+    let stored: Vec<String> =
+        sqlx::query_scalar("SELECT message_id FROM hookstream_inbox.inbox WHERE source = $1 ORDER BY 1")
+            .bind(&source)
+            .fetch_all(&env.pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        stored,
+        ["direct-ok"],
+        "{lang}: only the valid delivery is stored, once"
+    );
+
+    // From Hookstream: shipped before paid, each delivered twice, and an orphan.
+    let pipeline = start_pipeline(&env, dispatcher_config(&env, vec![1_000, 2_000]));
+    let orders = 100i64;
+    let orphan = 9_999i64;
+    let mut shipped: Vec<NewEvent> = (1..=orders)
+        .map(|o| order_event(tenant, "order.shipped", o))
+        .collect();
+    shipped.push(order_event(tenant, "order.shipped", orphan));
+    publish_chunked(&env, shipped).await;
+    let paid: Vec<NewEvent> = (1..=orders)
+        .map(|o| order_event(tenant, "order.paid", o))
+        .collect();
+    publish_chunked(&env, paid).await;
+    let pool = &env.pool;
+    let done = eventually(Duration::from_secs(90), || async {
+        statuses(pool, &source).await == (0, 2 * orders + 1, 1)
+    })
+    .await;
+    assert!(
+        done,
+        "{lang}: {:?}\n{}",
+        statuses(pool, &source).await,
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+    pipeline.cancel();
+    let shipped: i64 = sqlx::query_scalar("SELECT count(*) FROM shop_orders WHERE status = 'shipped'")
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    assert_eq!(shipped, orders, "{lang}: every order ends shipped");
+    let early: i64 = sqlx::query_scalar("SELECT count(*) FROM shop_orders WHERE shipped_at < paid_at")
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    assert_eq!(early, 0, "{lang}: shipped only once paid");
+    assert_eq!(
+        processed(pool).await,
+        (2 * orders + 1, 2 * orders + 1),
+        "{lang}: once each"
+    );
+    let (reason,): (String,) = sqlx::query_as(
+        "SELECT last_reason FROM hookstream_inbox.inbox WHERE source = $1 AND status = 'quarantined'",
+    )
+    .bind(&source)
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        reason,
+        format!("deferred 8 times (max_deferrals 8): order {orphan} not paid yet")
+    );
+    let total_deferrals: i64 = sqlx::query_scalar(
+        "SELECT coalesce(sum(deferrals), 0) FROM hookstream_inbox.inbox WHERE source = $1",
+    )
+    .bind(&source)
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    assert!(
+        total_deferrals > 9,
+        "{lang}: shipped events waited for their payment"
+    );
+    // Each deferral logged with its reason (the quarantining one as the quarantine), right
+    // after the commit the counts above saw: give the last line a moment.
+    let lines = || {
+        let text = std::fs::read_to_string(&log).unwrap();
+        let count = |what: &str| {
+            text.lines()
+                .filter(|l| l.contains(what) && l.contains("not paid yet"))
+                .count() as i64
+        };
+        (
+            count("inbox: message deferred"),
+            count("inbox: message quarantined"),
+        )
+    };
+    eventually(Duration::from_secs(5), || async {
+        let (d, q) = lines();
+        d + q >= total_deferrals
+    })
+    .await;
+    let (deferred_lines, quarantined_lines) = lines();
+    assert_eq!(
+        (deferred_lines + quarantined_lines, quarantined_lines),
+        (total_deferrals, 1),
+        "{lang}"
+    );
+
+    // The Rust administration binary replays the foreign receiver's quarantine (same table).
+    let admin = std::process::Command::new(env!("CARGO_BIN_EXE_hookstream-inbox"))
+        .args([
+            "--database-url",
+            &env.database.url,
+            "quarantine",
+            "replay",
+            "--source",
+            &source,
+            "--all",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        admin.status.success(),
+        "{}",
+        String::from_utf8_lossy(&admin.stderr)
+    );
+    let replayed: serde_json::Value = serde_json::from_slice(&admin.stdout).unwrap();
+    assert_eq!(replayed["replayed"].as_array().map(Vec::len), Some(1));
+    // Paid at last: the replayed orphan ships.
+    sqlx::query("INSERT INTO shop_orders (id, status, paid_at) VALUES ($1, 'paid', now())")
+        .bind(orphan)
+        .execute(pool)
+        .await
+        .unwrap();
+    assert!(
+        eventually(Duration::from_secs(20), || async {
+            statuses(pool, &source).await == (0, 2 * orders + 2, 0)
+        })
+        .await,
+        "{lang}: {:?}",
+        statuses(pool, &source).await
+    );
+
+    sigterm(&child);
+    let status = tokio::time::timeout(Duration::from_secs(20), child.wait())
+        .await
+        .expect("the receiver stops on SIGTERM")
+        .unwrap();
+    assert!(status.success(), "{lang}: exit {status}");
+}
+
+fn which(program: &Path) -> PathBuf {
+    std::env::var_os("PATH")
+        .and_then(|paths| {
+            std::env::split_paths(&paths)
+                .map(|d| d.join(program))
+                .find(|p| p.is_file())
+        })
+        .unwrap_or_else(|| panic!("{} is not on PATH", program.display()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_receiver_takes_real_deliveries_by_the_same_rules() {
+    foreign_receiver("python").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_node_receiver_takes_real_deliveries_by_the_same_rules() {
+    foreign_receiver("node").await;
+}

@@ -1,0 +1,378 @@
+"""The Hookstream inbox contract in Python: the same table, statements and rules as the Rust
+crate `hookstream-inbox` (docs/receiving.md describes them).
+
+- receive(): verify the Standard Webhooks signature with any of the route's secrets (the
+  `standardwebhooks` package: +-5 minutes, constant-time comparison), refuse bodies over the
+  limit (413) and bodies that are not JSON (400), and store the body once in
+  hookstream_inbox.inbox with INSERT ... ON CONFLICT (source, message_id) DO NOTHING. A
+  duplicate is answered 204 like a new message; nothing of the application runs here.
+- Workers claim due pending rows (FOR UPDATE SKIP LOCKED, in batches) and run the
+  application's handler under a savepoint of the claiming transaction, which also marks the
+  row: the business change and "processed" commit together. The handler returns DONE,
+  Defer(reason[, until]) or Fail(reason); deferrals are bounded by count and age, failures by
+  count, and past a bound the row is quarantined with its reason.
+"""
+
+import dataclasses
+import datetime as dt
+import json
+import logging
+import os
+import threading
+import time
+import typing as t
+
+import psycopg
+from psycopg_pool import ConnectionPool
+from standardwebhooks.webhooks import Webhook, WebhookVerificationError
+
+log = logging.getLogger("inbox")
+
+INSERT_SQL = """
+INSERT INTO hookstream_inbox.inbox
+       (source, message_id, event_type, ordering_key, payload, webhook_timestamp)
+VALUES (%s, %s, %s, %s, %s::json, %s)
+ON CONFLICT (source, message_id) DO NOTHING
+RETURNING id
+"""
+
+CLAIM_SQL = """
+SELECT i.id, i.message_id, i.event_type, i.ordering_key, i.payload, i.received_at,
+       i.pending_since, i.attempts, i.deferrals
+  FROM hookstream_inbox.inbox i
+ WHERE i.source = %s AND i.status = 'pending' AND i.next_attempt_at <= now()
+   AND (i.ordering_key IS NULL OR NOT EXISTS (
+         SELECT 1 FROM hookstream_inbox.inbox e
+          WHERE e.source = i.source AND e.ordering_key = i.ordering_key
+            AND e.status = 'pending' AND e.id < i.id))
+ ORDER BY i.next_attempt_at
+ LIMIT %s
+ FOR UPDATE OF i SKIP LOCKED
+"""
+
+PROCESSED_SQL = """
+UPDATE hookstream_inbox.inbox SET status = 'processed', processed_at = clock_timestamp()
+ WHERE id = %s
+"""
+
+RETRY_SQL = """
+UPDATE hookstream_inbox.inbox
+   SET next_attempt_at = %s, last_reason = %s,
+       deferrals = deferrals + %s, attempts = attempts + %s
+ WHERE id = %s
+"""
+
+QUARANTINE_SQL = """
+UPDATE hookstream_inbox.inbox
+   SET status = 'quarantined', quarantined_at = clock_timestamp(), last_reason = %s,
+       deferrals = deferrals + %s, attempts = attempts + %s
+ WHERE id = %s
+"""
+
+REPLAY_SQL = """
+UPDATE hookstream_inbox.inbox
+   SET status = 'pending', next_attempt_at = now(), pending_since = now(),
+       attempts = 0, deferrals = 0, quarantined_at = NULL, replays = replays + 1
+ WHERE source = %s AND status = 'quarantined' AND (%s OR id = ANY(%s))
+RETURNING id
+"""
+
+# Longest webhook-id and ordering key stored: both are indexed, and PostgreSQL refuses index
+# entries beyond about 2.7 kB.
+MAX_KEY_BYTES = 256
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+MIGRATIONS_DIR = os.path.join(HERE, "..", "..", "crates", "hookstream-inbox", "migrations")
+
+
+class _Done:
+    def __repr__(self):
+        return "DONE"
+
+
+DONE = _Done()
+
+
+@dataclasses.dataclass
+class Defer:
+    reason: str
+    until: t.Optional[dt.datetime] = None
+
+
+@dataclasses.dataclass
+class Fail:
+    reason: str
+
+
+@dataclasses.dataclass
+class Message:
+    id: int
+    source: str
+    message_id: str
+    event_type: t.Optional[str]
+    ordering_key: t.Optional[str]
+    payload: t.Any
+    received_at: dt.datetime
+    pending_since: dt.datetime
+    attempts: int
+    deferrals: int
+
+
+@dataclasses.dataclass
+class Settings:
+    source: str = "hookstream"
+    secrets: t.List[str] = dataclasses.field(default_factory=list)
+    max_body_bytes: int = 1024 * 1024
+    ordering_key: t.Optional[str] = None  # a JSON pointer such as "/order_id"
+    workers: int = 2
+    batch_size: int = 50  # at most 64: one subtransaction per row (docs/receiving.md)
+    poll_ms: int = 250
+    defer_backoff_ms: int = 1000
+    max_defer_backoff_ms: int = 300_000
+    max_deferrals: int = 20
+    max_deferral_age_secs: int = 86400
+    retry_backoff_ms: int = 1000
+    max_retry_backoff_ms: int = 600_000
+    max_attempts: int = 10
+
+    @classmethod
+    def from_env(cls) -> "Settings":
+        s = cls()
+        s.source = os.environ.get("INBOX_SOURCE", s.source)
+        s.secrets = os.environ.get("INBOX_SECRETS", "").split()
+        if not s.secrets:
+            raise SystemExit("INBOX_SECRETS must list at least one whsec_ secret")
+        s.ordering_key = os.environ.get("INBOX_ORDERING_KEY") or None
+        for name in (
+            "max_body_bytes", "workers", "batch_size", "poll_ms", "defer_backoff_ms",
+            "max_defer_backoff_ms", "max_deferrals", "max_deferral_age_secs",
+            "retry_backoff_ms", "max_retry_backoff_ms", "max_attempts",
+        ):
+            value = os.environ.get("INBOX_" + name.upper())
+            if value is not None:
+                try:
+                    setattr(s, name, int(value))
+                except ValueError:
+                    raise SystemExit(f"INBOX_{name.upper()} must be an integer, not {value!r}")
+        return s
+
+
+def _doubling(base_ms: int, max_ms: int, n: int) -> dt.timedelta:
+    return dt.timedelta(milliseconds=min(base_ms * (2 ** min(max(n - 1, 0), 40)), max_ms))
+
+
+def _pointer(value: t.Any, pointer: str) -> t.Any:
+    """RFC 6901: the value at `pointer`, or None."""
+    for token in pointer.split("/")[1:]:
+        token = token.replace("~1", "/").replace("~0", "~")
+        if isinstance(value, dict):
+            value = value.get(token)
+        elif isinstance(value, list) and token.isdigit() and int(token) < len(value):
+            value = value[int(token)]
+        else:
+            return None
+    return value
+
+
+def _reject_constant(name: str):
+    raise ValueError(f"{name} is not JSON")
+
+
+def migrate(pool: ConnectionPool, migrations_dir: str = MIGRATIONS_DIR) -> None:
+    """Applies every migration file of the Rust crate, in order, each in one transaction
+    (every file is idempotent and takes an advisory lock)."""
+    files = sorted(f for f in os.listdir(migrations_dir) if f.endswith(".sql"))
+    with pool.connection() as conn:
+        for name in files:
+            with open(os.path.join(migrations_dir, name)) as f:
+                sql = f.read()
+            with conn.transaction():
+                conn.execute(sql)
+
+
+class Inbox:
+    def __init__(self, pool: ConnectionPool, settings: Settings, handler):
+        self.pool = pool
+        self.s = settings
+        self.handler = handler
+        self.hooks = [Webhook(secret) for secret in settings.secrets]
+        self.stop = threading.Event()
+        self.wake = threading.Event()
+        self.threads: t.List[threading.Thread] = []
+
+    # ---- receiving ----
+
+    def verify(self, body: str, headers: t.Mapping[str, str]) -> t.Optional[str]:
+        """None when one of the secrets verifies; else why not."""
+        why = "no signature matches"
+        for hook in self.hooks:
+            try:
+                hook.verify(body, dict(headers), json_parse=False)
+                return None
+            except WebhookVerificationError as e:
+                why = str(e)
+                if "signature found" not in why:
+                    return why  # headers or timestamp: the same for every secret
+            except Exception as e:  # a malformed signature header
+                return f"malformed webhook-signature: {e}"
+        return why
+
+    def receive(self, raw: bytes, headers: t.Mapping[str, str]) -> t.Tuple[int, str]:
+        """The answer (status, text) to one delivery."""
+        if len(raw) > self.s.max_body_bytes:
+            return 413, f"body larger than {self.s.max_body_bytes} bytes"
+        try:
+            body = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return 400, "body is not JSON: not UTF-8"
+        why = self.verify(body, headers)
+        if why is not None:
+            return 401, why
+        if len(headers.get("webhook-id", "").encode()) > MAX_KEY_BYTES:
+            return 400, f"webhook-id longer than {MAX_KEY_BYTES} bytes"
+        try:
+            payload = json.loads(body, parse_constant=_reject_constant)
+        except ValueError as e:
+            return 400, f"body is not JSON: {e}"
+        event_type = headers.get("hookstream-event-type")
+        if event_type is None and isinstance(payload, dict) and isinstance(payload.get("type"), str):
+            event_type = payload["type"]
+        key = None
+        if self.s.ordering_key:
+            v = _pointer(payload, self.s.ordering_key)
+            key = None if v is None else (v if isinstance(v, str) else json.dumps(v))
+            if key is not None and len(key.encode()) > MAX_KEY_BYTES:
+                return 400, f"ordering key longer than {MAX_KEY_BYTES} bytes"
+        try:
+            with self.pool.connection() as conn:
+                row = conn.execute(
+                    INSERT_SQL,
+                    (self.s.source, headers.get("webhook-id"), event_type, key, body,
+                     int(headers.get("webhook-timestamp"))),
+                ).fetchone()
+        except (psycopg.errors.DataError, psycopg.errors.IntegrityError) as e:
+            return 400, f"payload refused by the database: {e.diag.message_primary}"
+        except psycopg.Error as e:
+            log.warning("inbox: cannot store, answering 503 source=%s error=%s", self.s.source, e)
+            return 503, "inbox unavailable, retry later"
+        if row is not None:
+            self.wake.set()
+        return 204, ""
+
+    # ---- processing ----
+
+    def start_workers(self) -> None:
+        for n in range(self.s.workers):
+            th = threading.Thread(target=self._worker, args=(n,), name=f"inbox-worker-{n}", daemon=True)
+            th.start()
+            self.threads.append(th)
+
+    def shutdown(self) -> None:
+        self.stop.set()
+        self.wake.set()
+        for th in self.threads:
+            th.join()
+
+    def _worker(self, n: int) -> None:
+        errors = 0
+        while not self.stop.is_set():
+            try:
+                claimed = self._batch()
+                errors = 0
+            except psycopg.Error as e:
+                errors += 1
+                wait = min(0.1 * 2 ** min(errors, 8), 10.0)
+                log.warning("inbox worker: database error, batch rolled back worker=%d error=%s retry_in_s=%.1f", n, e, wait)
+                self.stop.wait(wait)
+                continue
+            except Exception:
+                # Not a database error: a bug here. Say so loudly and stop the receiver.
+                log.exception("inbox worker %d stopped unexpectedly", n)
+                os._exit(1)
+            if claimed >= self.s.batch_size:
+                continue
+            if claimed == 0:
+                self.wake.wait(self.s.poll_ms / 1000)
+                self.wake.clear()
+
+    def _batch(self) -> int:
+        decided = []
+        with self.pool.connection() as conn:
+            with conn.transaction():
+                rows = conn.execute(CLAIM_SQL, (self.s.source, self.s.batch_size)).fetchall()
+                for (id_, message_id, event_type, key, payload, received_at, pending_since,
+                     attempts, deferrals) in rows:
+                    m = Message(id_, self.s.source, message_id, event_type, key, payload,
+                                received_at, pending_since, attempts, deferrals)
+                    outcome = self._run(conn, m)
+                    decided.append((m, outcome, self._mark(conn, m, outcome)))
+        # Committed: now log and count.
+        for m, outcome, mark in decided:
+            if mark[0] == "retry" and isinstance(outcome, Defer):
+                log.info("inbox: message deferred source=%s message_id=%s reason=%r next_attempt_at=%s",
+                         self.s.source, m.message_id, outcome.reason, mark[1].isoformat())
+            elif mark[0] == "retry":
+                log.warning("inbox: message failed, will retry source=%s message_id=%s reason=%r",
+                            self.s.source, m.message_id, outcome.reason)
+            elif mark[0] == "quarantine":
+                log.warning("inbox: message quarantined source=%s message_id=%s reason=%r",
+                            self.s.source, m.message_id, mark[1])
+        return len(decided)
+
+    def _run(self, conn, m: Message):
+        outcome = DONE
+        try:
+            with conn.transaction():  # a savepoint
+                outcome = self.handler(conn, m)
+                if outcome is not DONE:
+                    raise psycopg.Rollback()
+        except Exception as e:
+            outcome = Fail(f"handler error: {e}")
+        if not isinstance(outcome, (_Done, Defer, Fail)):
+            outcome = Fail(f"handler returned {outcome!r}")
+        return outcome
+
+    def _mark(self, conn, m: Message, outcome):
+        now = dt.datetime.now(dt.timezone.utc)
+        if outcome is DONE:
+            conn.execute(PROCESSED_SQL, (m.id,))
+            return ("processed",)
+        if isinstance(outcome, Defer):
+            count = m.deferrals + 1
+            age = (now - m.pending_since).total_seconds()
+            reason = None
+            if count > self.s.max_deferrals:
+                reason = f"deferred {count - 1} times (max_deferrals {self.s.max_deferrals}): {outcome.reason}"
+            elif age >= self.s.max_deferral_age_secs:
+                reason = f"deferred for {int(age)} s (max_deferral_age_secs {self.s.max_deferral_age_secs}): {outcome.reason}"
+            if reason is not None:
+                conn.execute(QUARANTINE_SQL, (reason, 1, 0, m.id))
+                return ("quarantine", reason)
+            at = outcome.until or now + _doubling(self.s.defer_backoff_ms, self.s.max_defer_backoff_ms, count)
+            conn.execute(RETRY_SQL, (at, outcome.reason, 1, 0, m.id))
+            return ("retry", at)
+        count = m.attempts + 1
+        if count >= self.s.max_attempts:
+            reason = f"failed {count} times (max_attempts {self.s.max_attempts}): {outcome.reason}"
+            conn.execute(QUARANTINE_SQL, (reason, 0, 1, m.id))
+            return ("quarantine", reason)
+        at = now + _doubling(self.s.retry_backoff_ms, self.s.max_retry_backoff_ms, count)
+        conn.execute(RETRY_SQL, (at, outcome.reason, 0, 1, m.id))
+        return ("retry", at)
+
+    # ---- quarantine ----
+
+    def list_quarantined(self, limit: int = 100):
+        with self.pool.connection() as conn:
+            return conn.execute(
+                "SELECT id, message_id, event_type, last_reason, quarantined_at FROM hookstream_inbox.inbox"
+                " WHERE source = %s AND status = 'quarantined' ORDER BY quarantined_at, id LIMIT %s",
+                (self.s.source, limit),
+            ).fetchall()
+
+    def replay(self, ids: t.Optional[t.List[int]] = None) -> t.List[int]:
+        """Puts quarantined rows (these ids, or all of the source) back to pending."""
+        with self.pool.connection() as conn:
+            rows = conn.execute(REPLAY_SQL, (self.s.source, ids is None, ids or [])).fetchall()
+        self.wake.set()
+        return [r[0] for r in rows]

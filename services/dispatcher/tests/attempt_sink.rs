@@ -1,0 +1,245 @@
+//! The attempt sink under faults (real Kafka and PostgreSQL): delivery never waits for it (it
+//! goes on with no sink at all, and while the sink cannot reach the database); the sink lags,
+//! exports its lag, waits out a database it cannot log in to, and catches up storing every
+//! attempt once; a sink process SIGKILLed while it stores loses nothing and stores nothing
+//! twice.
+
+use std::path::Path;
+use std::time::Duration;
+
+use hookstream_store::outbox::NewEvent;
+use hookstream_store::sqlx::{self, PgPool};
+use hookstream_testkit::process::{dispatcher_env, ServiceProcess};
+use hookstream_testkit::{eventually, Behaviour, Receiver, TestEnv};
+use prometheus::Registry;
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+mod common;
+
+/// Attempts stored, and how many distinct (event, endpoint, attempt) they are.
+async fn stored(env: &TestEnv) -> (i64, i64) {
+    sqlx::query_as(
+        "SELECT count(*), count(DISTINCT (event_id, endpoint_id, attempt)) FROM hookstream.attempts",
+    )
+    .fetch_one(&env.pool)
+    .await
+    .unwrap()
+}
+
+async fn publish(env: &TestEnv, tenant: Uuid, n: usize, from: usize) -> Vec<Uuid> {
+    let events: Vec<NewEvent> = (from..from + n)
+        .map(|i| NewEvent::new(tenant, "order.created", json!({ "n": i })).aggregate("order", i.to_string()))
+        .collect();
+    let mut ids = Vec::new();
+    for chunk in events.chunks(500) {
+        ids.extend(env.publish(chunk).await.unwrap());
+    }
+    ids
+}
+
+/// Runs a relay and an events-only dispatcher (the attempt log on, no sink).
+fn start_delivery(env: &TestEnv) -> CancellationToken {
+    let mut cfg = common::dispatcher_config(env);
+    cfg.delivery.allow_cidrs = vec!["127.0.0.0/8".parse().unwrap()];
+    cfg.dispatcher.roles = vec![dispatcher::Role::Events];
+    common::start_pipeline(env, cfg)
+}
+
+/// A login role of this test's own (so that the test can take the database away from the
+/// sink alone, as an outage or a revoked password would), and a database config using it.
+async fn sink_login(env: &TestEnv) -> (String, hookstream_config::DatabaseConfig) {
+    let role = format!("{}_sink", env.name);
+    sqlx::query(&format!("CREATE ROLE {role} LOGIN SUPERUSER"))
+        .execute(&env.pool)
+        .await
+        .unwrap();
+    let mut url = url::Url::parse(&env.database.url).unwrap();
+    url.set_username(&role).unwrap();
+    let database = hookstream_config::DatabaseConfig {
+        url: url.to_string(),
+        ..env.database.clone()
+    };
+    (role, database)
+}
+
+/// Takes the database away from `role` (no new logins, its sessions ended) or gives it back.
+async fn database_reachable(pool: &PgPool, role: &str, reachable: bool) {
+    let login = if reachable { "LOGIN" } else { "NOLOGIN" };
+    sqlx::query(&format!("ALTER ROLE {role} {login}"))
+        .execute(pool)
+        .await
+        .unwrap();
+    if !reachable {
+        sqlx::query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = $1")
+            .bind(role)
+            .execute(pool)
+            .await
+            .unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delivery_goes_on_without_the_sink_which_lags_waits_out_the_database_and_catches_up() {
+    let env = TestEnv::new(2).await.unwrap();
+    let tenant = env.tenant("t").await.unwrap();
+    let receiver = Receiver::start(Behaviour::Ok).await;
+    env.endpoint(tenant, &receiver, &[]).await.unwrap();
+    let delivery = start_delivery(&env);
+
+    // No sink anywhere: every event is delivered all the same.
+    publish(&env, tenant, 1_000, 0).await;
+    assert!(
+        eventually(Duration::from_secs(60), || async {
+            receiver.distinct().0.len() == 1_000
+        })
+        .await,
+        "delivered without a sink: {}",
+        receiver.distinct().0.len()
+    );
+    assert_eq!(stored(&env).await, (0, 0), "nothing stores the log yet");
+
+    // The sink starts and catches up.
+    let (role, database) = sink_login(&env).await;
+    let mut cfg = common::dispatcher_config(&env);
+    cfg.database = database;
+    cfg.dispatcher.roles = vec![dispatcher::Role::AttemptSink];
+    let registry = Registry::new();
+    let health = hookstream_telemetry::Health::default();
+    let sink_token = CancellationToken::new();
+    let sink = {
+        let (registry, health, t) = (registry.clone(), health.clone(), sink_token.clone());
+        tokio::spawn(async move { dispatcher::run(cfg, &registry, health, t).await })
+    };
+    assert!(
+        eventually(Duration::from_secs(60), || async {
+            stored(&env).await.0 == 1_000
+        })
+        .await,
+        "caught up: {:?}",
+        stored(&env).await
+    );
+
+    // The database goes away from the sink; delivery goes on, the sink waits and lags.
+    database_reachable(&env.pool, &role, false).await;
+    publish(&env, tenant, 1_000, 1_000).await;
+    assert!(
+        eventually(Duration::from_secs(60), || async {
+            receiver.distinct().0.len() == 2_000
+        })
+        .await,
+        "delivered while the sink cannot write: {}",
+        receiver.distinct().0.len()
+    );
+    // The sink measures its lag every 5 s.
+    assert!(
+        eventually(Duration::from_secs(15), || async {
+            common::metric(&registry, "kafka_consumergroup_lag", &[("role", "attempt_sink")]) > 0.0
+        })
+        .await,
+        "the sink's lag shows"
+    );
+    assert_eq!(
+        stored(&env).await.0,
+        1_000,
+        "nothing stored while the database is away"
+    );
+    assert!(
+        health.failure().is_none(),
+        "an outage is waited out, not a failure"
+    );
+    assert!(!sink.is_finished(), "the sink runs on");
+
+    // Back: every attempt stored once, and the lag is gone.
+    database_reachable(&env.pool, &role, true).await;
+    assert!(
+        eventually(Duration::from_secs(90), || async {
+            stored(&env).await.0 >= 2_000
+        })
+        .await,
+        "caught up again: {:?}",
+        stored(&env).await
+    );
+    assert!(
+        eventually(Duration::from_secs(30), || async {
+            common::metric(&registry, "kafka_consumergroup_lag", &[("role", "attempt_sink")]) == 0.0
+        })
+        .await,
+        "lag back to 0"
+    );
+    assert_eq!(stored(&env).await, (2_000, 2_000), "each attempt stored once");
+
+    sink_token.cancel();
+    sink.await.unwrap().expect("the sink stops cleanly");
+    delivery.cancel();
+    sqlx::query(&format!("DROP ROLE IF EXISTS {role}"))
+        .execute(&env.pool)
+        .await
+        .ok();
+}
+
+fn spawn_sink(env: &TestEnv, name: &str) -> ServiceProcess {
+    let mut vars = dispatcher_env(env);
+    vars.push(("HOOKSTREAM_DISPATCHER__ROLES".into(), "[\"attempt_sink\"]".into()));
+    ServiceProcess::spawn(
+        Path::new(env!("CARGO_BIN_EXE_dispatcher")),
+        &vars,
+        &env.log_path(name),
+    )
+    .expect("start the sink")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sink_sigkilled_while_it_stores_loses_nothing_and_stores_nothing_twice() {
+    let env = TestEnv::new(2).await.unwrap();
+    let tenant = env.tenant("t").await.unwrap();
+    let receiver = Receiver::start(Behaviour::Ok).await;
+    env.endpoint(tenant, &receiver, &[]).await.unwrap();
+    let delivery = start_delivery(&env);
+    publish(&env, tenant, 5_000, 0).await;
+    assert!(
+        eventually(Duration::from_secs(90), || async {
+            receiver.distinct().0.len() == 5_000
+        })
+        .await,
+        "delivered: {}",
+        receiver.distinct().0.len()
+    );
+    let attempts_made = receiver.count() as i64;
+
+    // Three sinks killed while they store, each as soon as it stored more than the one
+    // before (watched every 5 ms: a batch is 500 rows, the backlog ten batches).
+    let mut before = 0;
+    for kill in 0..3 {
+        let sink = spawn_sink(&env, &format!("sink-{kill}"));
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while stored(&env).await.0 <= before && std::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        sink.kill9().await;
+        let (rows, _) = stored(&env).await;
+        assert!(
+            rows > before && rows < attempts_made,
+            "killed mid-way: {rows} of {attempts_made} (kill {kill})"
+        );
+        before = rows;
+    }
+    let sink = spawn_sink(&env, "sink-last");
+    assert!(
+        eventually(Duration::from_secs(90), || async {
+            stored(&env).await.0 >= attempts_made
+        })
+        .await,
+        "caught up after the kills: {:?} of {attempts_made}",
+        stored(&env).await
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        stored(&env).await,
+        (attempts_made, attempts_made),
+        "every attempt stored, once"
+    );
+    assert_eq!(sink.terminate().await, Some(0));
+    delivery.cancel();
+}
