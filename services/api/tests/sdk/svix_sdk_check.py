@@ -159,9 +159,10 @@ def main():
 
     wait("the failed deliveries among the dead letters", dead_lettered)
     for f in failing:
-        page = svix.message_attempt.list_by_msg(app.id, f.id, MessageAttemptListByMsgOptions())
-        assert page.data and page.data[0].status == MessageStatus.FAIL, page
-        assert page.data[0].response_status_code == 400
+        # The attempt sink and the DLQ sink store on their own: wait for the attempt too.
+        failed = wait(f"the failed attempt of {f.id}", lambda: attempted(f.id))
+        assert failed[0].status == MessageStatus.FAIL, failed
+        assert failed[0].response_status_code == 400, failed
     with receiver.lock:
         receiver.status = 204
     task = svix.endpoint.recover(app.id, ep.id, RecoverIn(since=since))
