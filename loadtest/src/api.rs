@@ -123,6 +123,8 @@ pub async fn run(args: &RunArgs) -> anyhow::Result<()> {
     tokio::time::sleep(Duration::from_secs(2)).await;
 
     let url = format!("{base}/api/v1/app/{app_id}/msg");
+    // LOADTEST_API_IDEMPOTENCY_KEY=0: without the header (each create then stores no key).
+    let with_key = std::env::var("LOADTEST_API_IDEMPOTENCY_KEY").map_or(true, |v| v != "0");
     let start = Instant::now();
     let measure_from = start + WARMUP;
     let until = measure_from + Duration::from_secs(args.seconds);
@@ -135,10 +137,11 @@ pub async fn run(args: &RunArgs) -> anyhow::Result<()> {
             while Instant::now() < until {
                 n += 1;
                 let sent = Instant::now();
-                let r = client
-                    .post(&url)
-                    .bearer_auth(TOKEN)
-                    .header("idempotency-key", format!("lt-{c}-{n}"))
+                let mut req = client.post(&url).bearer_auth(TOKEN);
+                if with_key {
+                    req = req.header("idempotency-key", format!("lt-{c}-{n}"));
+                }
+                let r = req
                     .json(&json!({"eventType": "order.updated", "payload": {"order": n, "client": c, "note": "a payload of about a hundred bytes"}}))
                     .send()
                     .await;
@@ -186,6 +189,7 @@ pub async fn run(args: &RunArgs) -> anyhow::Result<()> {
     let report = json!({
         "scenario": "api",
         "connections": args.connections,
+        "idempotency_key_header": with_key,
         "seconds": args.seconds,
         "requests_measured": lat.len(),
         "requests_per_s": rps,
