@@ -41,9 +41,9 @@ COPY . .
 RUN --mount=type=cache,target=/usr/local/cargo/registry,sharing=locked \
     --mount=type=cache,target=/usr/local/cargo/git,sharing=locked \
     --mount=type=cache,target=/src/target,sharing=locked \
-    cargo build --release --locked -p dispatcher -p outbox-relay -p hookstream-cli \
+    cargo build --release --locked -p dispatcher -p outbox-relay -p hookstream-cli -p api \
  && mkdir -p /out/rootfs/usr/local/bin "/out/rootfs/usr/lib/$(gcc -print-multiarch)" \
- && cp target/release/dispatcher target/release/outbox-relay target/release/hookstream /out/rootfs/usr/local/bin/ \
+ && cp target/release/dispatcher target/release/outbox-relay target/release/hookstream target/release/hookstream-api /out/rootfs/usr/local/bin/ \
  && ldd /out/rootfs/usr/local/bin/* | awk '$2 == "=>" && $3 ~ /^\// { print $3 }' | sort -u \
     | { grep -Ev '/(libc|libm|libdl|libpthread|librt|libgcc_s|libstdc\+\+)\.so' || true; } \
     | xargs -r cp -L -t "/out/rootfs/usr/lib/$(gcc -print-multiarch)/"

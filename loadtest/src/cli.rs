@@ -26,6 +26,8 @@ pub enum Command {
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
 pub enum Scenario {
+    /// The admin API: message creates at `--connections` concurrent connections while delivery runs.
+    Api,
     /// Outbox → Kafka only: drain throughput with 1 and 2 relays, and commit → Kafka latency at a fixed rate.
     Relay,
     /// `--events` at `--rate` events/s to `--endpoints` fast receivers: latency.
@@ -59,6 +61,7 @@ pub enum Scenario {
 impl Scenario {
     pub fn name(self) -> &'static str {
         match self {
+            Self::Api => "api",
             Self::Relay => "relay",
             Self::Steady => "steady",
             Self::Max => "max",
@@ -129,6 +132,9 @@ pub struct RunArgs {
     pub relays: usize,
     #[arg(long, default_value = "loadtest/out")]
     pub out: PathBuf,
+    /// api: concurrent client connections.
+    #[arg(long, default_value_t = 64)]
+    pub connections: usize,
     /// Seconds to wait for the pipeline to drain after the last event was committed.
     #[arg(long, default_value_t = 180)]
     pub deadline_s: u64,

@@ -41,18 +41,20 @@
 //!                                                                     report, schedule, stack
 //! phase_charts  the charts of engine runs                             uses chart, engine
 //! scenarios     the engine scenarios and their own figures            uses baseline, cli, engine, report
+//! api           the admin API scenario (its own report)              uses cli, stack
 //! relay         the outbox → Kafka scenario                           uses chart, cli, procstat, report, scrape, stack, tally
 //! chaos         faults under steady load, carried out and read back   uses chart, cli, engine, fault_tally, faults,
 //!                                                                     group, phase_charts, report, schedule, stack
 //! autoscale     KEDA's role against a load step, and a fixed run      uses chart, cli, engine, group, keda, procstat,
 //!                                                                     report, stack
-//! main          wires the command line to the rest                    uses autoscale, baseline, chaos, chart, cli,
+//! main          wires the command line to the rest                    uses api, autoscale, baseline, chaos, chart, cli,
 //!                                                                     engine, merge, page, phase_charts, relay, report,
 //!                                                                     scenarios, stack
 //! ```
 
 #![forbid(unsafe_code)]
 
+mod api;
 mod autoscale;
 mod baseline;
 mod chaos;
@@ -88,6 +90,7 @@ use crate::report::RunReport;
 async fn run_once(args: &RunArgs) -> anyhow::Result<(RunReport, Vec<chart::Chart>)> {
     let measured = match args.scenario {
         Scenario::Relay => return relay::run(args).await,
+        Scenario::Api => anyhow::bail!("the api scenario writes its own report (api.rs)"),
         Scenario::Chaos => return chaos::run(args).await,
         Scenario::Autoscale => return autoscale::run(args).await,
         Scenario::Steady => scenarios::steady(args).await?,
@@ -106,6 +109,9 @@ async fn run_once(args: &RunArgs) -> anyhow::Result<(RunReport, Vec<chart::Chart
 /// `report.html` and the charts; exits 1 when the verdict failed.
 async fn run(args: RunArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&args.out)?;
+    if matches!(args.scenario, Scenario::Api) {
+        return api::run(&args).await;
+    }
     if !matches!(args.scenario, Scenario::Relay) {
         stack::prepare()?;
     }

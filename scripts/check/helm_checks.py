@@ -66,6 +66,8 @@ def drain_seconds(binary, cfg):
         return math.ceil(cfg.get("dispatcher", {}).get("shutdown_grace_ms", 20000) / 1000) + 10
     if binary == "outbox-relay":
         return math.ceil(cfg.get("relay", {}).get("produce_timeout_ms", 30000) / 1000) + 15
+    if binary == "hookstream-api":
+        return math.ceil(2 * cfg.get("api", {}).get("shutdown_grace_ms", 10000) / 1000) + 5
     return 0
 
 
@@ -102,7 +104,8 @@ def check_workloads(docs, files):
                 fail(f"{name}/{c['name']}: container securityContext is not locked down")
             cmd = (c.get("command") or [""])[0]
             binary = os.path.basename(cmd)
-            if cmd not in ("/usr/local/bin/dispatcher", "/usr/local/bin/outbox-relay", "/usr/local/bin/hookstream"):
+            if cmd not in ("/usr/local/bin/dispatcher", "/usr/local/bin/outbox-relay", "/usr/local/bin/hookstream",
+                           "/usr/local/bin/hookstream-api"):
                 fail(f"{name}/{c['name']}: unexpected command {cmd!r}")
             cfile = config_arg(c)
             if cfile not in files:
@@ -218,9 +221,13 @@ def check_with_binaries(files, bin_dir):
             "relay.toml": ["outbox-relay", "--config"],
             "migrate.toml": ["hookstream", "secrets", "generate-key", "--config"],
             "topics.toml": ["hookstream", "secrets", "generate-key", "--config"],
+            "api.toml": ["hookstream-api", "--config"],
         }
         for name, (_, _, text) in files.items():
             if name not in runs:
+                continue
+            if not os.path.exists(os.path.join(bin_dir, runs[name][0])):
+                print(f"  {runs[name][0]} not built: {name} not loaded")
                 continue
             # The mounted files, as dummies under tmp; the admin listener on a free port.
             for p in set(re.findall(r'"(/etc/hookstream/[^"]+)"', text)):

@@ -47,6 +47,13 @@ start_service dispatcher
 wait_for_http "http://127.0.0.1:9101/readyz" 30 outbox-relay
 wait_for_http "http://127.0.0.1:9102/readyz" 30 dispatcher
 
+# The admin API (Svix-compatible) on 127.0.0.1:8080, with an operator token of the local stack
+# (only its SHA-256 is in the API's configuration).
+api_token_file="$STATE_DIR/api-operator.token"
+if [[ ! -s "$api_token_file" ]]; then (umask 077; head -c 32 /dev/urandom | base64 | tr -d '/+=\n' >"$api_token_file"); fi
+HOOKSTREAM_API__OPERATOR_TOKEN_HASHES="[\"$("$HS" api-key hash-token <"$api_token_file")\"]" start_service hookstream-api
+wait_for_http "http://127.0.0.1:8080/api/v1/health" 30 hookstream-api
+
 log "5/7 starting Prometheus (scrapes both, evaluates the alert rules)"
 bash "$REPO_ROOT/scripts/stack/prometheus.sh" start
 
@@ -99,11 +106,14 @@ Hookstream is running ($(( $(date +%s) - started_at )) s):
   Kafka           127.0.0.1:${HOOKSTREAM_KAFKA_PORT:-9092}
   outbox-relay    metrics http://127.0.0.1:9101/metrics
   dispatcher      metrics http://127.0.0.1:9102/metrics
+  API             http://127.0.0.1:8080/api/v1  (OpenAPI: /api/v1/openapi.json; operator token in $STATE_DIR/api-operator.token; metrics http://127.0.0.1:9103/metrics)
   Prometheus      http://127.0.0.1:${HOOKSTREAM_PROMETHEUS_PORT:-9090}  (alerts: /alerts; dashboard JSON for Grafana: helm/hookstream/dashboards/hookstream.json)
   demo receiver   http://127.0.0.1:$DEMO_PORT/webhooks  (endpoint $endpoint_id)
   logs            $STATE_DIR/logs
 
 Try:   target/debug/hookstream event publish --tenant demo --type order.shipped --data '{"order_id":1001}'
        tail -f $STATE_DIR/logs/demo-receiver.log
+       curl -H "Authorization: Bearer \$(cat $STATE_DIR/api-operator.token)" http://127.0.0.1:8080/api/v1/app
+       (the Svix SDKs work too: Svix(token, SvixOptions(server_url="http://127.0.0.1:8080")), see docs/api.md)
 Stop:  make down
 SUMMARY

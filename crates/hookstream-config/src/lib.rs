@@ -56,6 +56,7 @@ pub const SECTIONS: &[&str] = &[
     "dlq",
     "attempts",
     "secrets",
+    "api",
     "health",
     // A receiver's inbox (`hookstream-inbox`), which may share the services' environment.
     "inbox",

@@ -452,29 +452,7 @@ impl Replayer {
             .map(|f| f.matches(&event.event_type))
             .unwrap_or(false);
         let event_type = event.event_type.clone();
-        let task = DeliveryTask {
-            event: Some(event),
-            endpoint_id: endpoint_id.to_string(),
-            attempt: 0,
-            due_at_ms: now_ms(),
-            origin: position.clone(),
-            ..Default::default()
-        }
-        .encode_to_vec();
-        let key = endpoint_id.to_string();
-        let record =
-            FutureRecord::to(&self.tier)
-                .key(&key)
-                .payload(&task)
-                .headers(OwnedHeaders::new().insert(Header {
-                    key: REPLAY_HEADER,
-                    value: Some("resend"),
-                }));
-        self.producer()
-            .await?
-            .send(record, Duration::from_secs(30))
-            .await
-            .map_err(|(e, _)| ReplayError::NotAcknowledged(e.to_string()))?;
+        self.send_event(event, endpoint_id, position.clone()).await?;
         Ok(Resent {
             event_id,
             endpoint_id,
@@ -492,6 +470,43 @@ impl Replayer {
             tier: self.tier.clone(),
             filter_matches,
         })
+    }
+}
+
+impl Replayer {
+    /// Sends `event` to one endpoint through the first retry tier, now, as a resend: the
+    /// caller has the event (the API reads it from the message store) and has checked that
+    /// the endpoint is enabled and of the event's tenant. Returns once Kafka acknowledged it.
+    pub async fn send_event(
+        &self,
+        event: EventEnvelope,
+        endpoint_id: Uuid,
+        origin: Option<SourcePosition>,
+    ) -> Result<(), ReplayError> {
+        let task = DeliveryTask {
+            event: Some(event),
+            endpoint_id: endpoint_id.to_string(),
+            attempt: 0,
+            due_at_ms: now_ms(),
+            origin,
+            ..Default::default()
+        }
+        .encode_to_vec();
+        let key = endpoint_id.to_string();
+        let record =
+            FutureRecord::to(&self.tier)
+                .key(&key)
+                .payload(&task)
+                .headers(OwnedHeaders::new().insert(Header {
+                    key: REPLAY_HEADER,
+                    value: Some("resend"),
+                }));
+        self.producer()
+            .await?
+            .send(record, Duration::from_secs(30))
+            .await
+            .map_err(|(e, _)| ReplayError::NotAcknowledged(e.to_string()))?;
+        Ok(())
     }
 }
 

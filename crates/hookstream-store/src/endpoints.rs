@@ -149,7 +149,7 @@ pub async fn create(
     Ok((endpoint, secret))
 }
 
-async fn insert_secret(
+pub(crate) async fn insert_secret(
     conn: &mut sqlx::PgConnection,
     sealer: &Sealer,
     endpoint: Uuid,
@@ -179,6 +179,17 @@ pub async fn rotate_secret(
     id: Uuid,
     overlap: std::time::Duration,
 ) -> Result<Secret, StoreError> {
+    rotate_secret_to(pool, sealer, id, Secret::generate(), overlap).await
+}
+
+/// `rotate_secret` to a given new secret (the API's rotation with a `key`).
+pub async fn rotate_secret_to(
+    pool: &PgPool,
+    sealer: &Sealer,
+    id: Uuid,
+    secret: Secret,
+    overlap: std::time::Duration,
+) -> Result<Secret, StoreError> {
     let mut tx = pool.begin().await?;
     let locked: Option<Uuid> =
         sqlx::query_scalar("SELECT id FROM hookstream.endpoints WHERE id = $1 FOR UPDATE")
@@ -197,7 +208,6 @@ pub async fn rotate_secret(
     .bind(overlap.as_millis() as i64)
     .execute(&mut *tx)
     .await?;
-    let secret = Secret::generate();
     insert_secret(&mut tx, sealer, id, &secret, None).await?;
     tx.commit().await?;
     Ok(secret)

@@ -6,14 +6,20 @@
 
 #![forbid(unsafe_code)]
 
+pub mod api_keys;
+pub mod applications;
 pub mod attempt_stats;
 pub mod attempts;
 pub mod batch;
 pub mod breakers;
 pub mod dead_letters;
+pub mod delivery_pages;
+pub mod endpoint_admin;
 pub mod endpoints;
+pub mod event_types;
 pub mod filter;
 pub mod limits;
+pub mod messages;
 pub mod outbox;
 pub mod sealing;
 pub mod subscriptions;
@@ -36,6 +42,9 @@ pub enum StoreError {
     Invalid(String),
     #[error("{0} not found")]
     NotFound(String),
+    /// The row would clash with an existing one (a unique name, uid or key).
+    #[error("{0}")]
+    Conflict(String),
     #[error("database error: {0}")]
     Database(#[from] sqlx::Error),
     #[error("migration failed: {0}")]

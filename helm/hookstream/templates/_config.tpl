@@ -68,7 +68,7 @@ sealingKeys: /etc/hookstream/sealing-keys/keys
 {{- $v := .Values }}
 {{- $p := include "hookstream.paths" . | fromYaml }}
 {{- $cfg := deepCopy ($v.config | default dict) }}
-{{- range list "database" "kafka" "telemetry" "relay" "delivery" "dispatcher" "retry" "dlq" }}
+{{- range list "database" "kafka" "telemetry" "relay" "delivery" "dispatcher" "retry" "dlq" "api" }}
 {{- if not (kindIs "map" (get $cfg .)) }}{{ $_ := set $cfg . dict }}{{ end }}
 {{- end }}
 {{- $db := $cfg.database }}
@@ -100,6 +100,7 @@ sealingKeys: /etc/hookstream/sealing-keys/keys
 {{- end }}
 {{- $_ := set $cfg.telemetry "listen" (printf "%s:%d" $v.metrics.listenHost (int $v.metrics.port)) }}
 {{- $_ := set $cfg "secrets" (dict "key_file" $p.sealingKeys) }}
+{{- $_ := set $cfg.api "listen" (printf "0.0.0.0:%d" (int $v.api.port)) }}
 {{- toYaml $cfg }}
 {{- end }}
 
@@ -114,6 +115,12 @@ sealingKeys: /etc/hookstream/sealing-keys/keys
 # HOOKSTREAM_DATABASE__URL comes from a Secret; each Deployment sets its roles with
 # HOOKSTREAM_DISPATCHER__ROLES.
 {{- include "hookstream.toml.file" (dict "config" (include "hookstream.config.full" . | fromYaml) "sections" (list "database" "kafka" "telemetry" "delivery" "dispatcher" "retry" "dlq" "secrets")) }}
+{{- end }}
+
+{{- define "hookstream.config.api" -}}
+# hookstream-api configuration, rendered by the Hookstream chart (see docs/configuration.md,
+# docs/api.md). HOOKSTREAM_DATABASE__URL comes from a Secret.
+{{- include "hookstream.toml.file" (dict "config" (include "hookstream.config.full" . | fromYaml) "sections" (list "database" "kafka" "telemetry" "delivery" "retry" "secrets" "api")) }}
 {{- end }}
 
 {{/* The migration job needs the database only. */}}

@@ -99,6 +99,12 @@ dispatcher-retry:
   config: dispatcher.toml
   enabled: {{ .Values.dispatcherRetry.enabled }}
   roles: true
+api:
+  values: api
+  binary: hookstream-api
+  config: api.toml
+  enabled: {{ .Values.api.enabled }}
+  http: true
 {{- end }}
 
 {{/* Drain deadline of a component's process, in seconds (what the supervisor waits). */}}
@@ -113,6 +119,10 @@ dispatcher-retry:
 {{- $ms := (dig "relay" "produce_timeout_ms" 30000 $cfg) | int64 }}
 {{- /* produce_timeout_ms + 10 s of the supervisor + the producer's 5 s flush */}}
 {{- add (div (add $ms 999) 1000) 15 }}
+{{- else if eq .binary "hookstream-api" }}
+{{- $ms := (dig "api" "shutdown_grace_ms" 10000 $cfg) | int64 }}
+{{- /* requests and recoveries: shutdown_grace_ms; the supervisor allows twice that */}}
+{{- add (div (add (mul $ms 2) 999) 1000) 5 }}
 {{- else }}
 {{- 30 }}
 {{- end }}

@@ -6,6 +6,7 @@
 
 #![forbid(unsafe_code)]
 
+mod api_keys;
 mod attempts;
 mod dlq;
 mod health;
@@ -79,6 +80,9 @@ enum Command {
     /// Keys that seal endpoint secrets at rest.
     #[command(subcommand)]
     Secrets(secrets::SecretsCmd),
+    /// Tenant API keys for the admin API.
+    #[command(subcommand)]
+    ApiKey(api_keys::ApiKeyCmd),
     /// GET a health URL (e.g. http://127.0.0.1:9100/readyz): exit 0 on a 2xx answer, else 1.
     /// For health checks in images without a shell or curl; reads no configuration.
     Probe(probe::ProbeArgs),
@@ -316,6 +320,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     match command {
         Command::Listen(args) => listen::run(args).await,
         Command::Secrets(secrets::SecretsCmd::GenerateKey { id }) => secrets::generate_key(&id),
+        Command::ApiKey(api_keys::ApiKeyCmd::HashToken) => api_keys::hash_token(),
         Command::Topics(TopicsCmd::Create {
             partitions,
             replication,
@@ -359,6 +364,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 .with_context(|| format!("connecting to {}", cfg.database.redacted_url()))?;
             match command {
                 Command::Dlq(cmd) => dlq::run(cmd, &pool, &cfg.kafka, &cfg.retry).await,
+                Command::ApiKey(cmd) => api_keys::run(cmd, &pool).await,
                 Command::Health(a) => {
                     let groups = health::Groups {
                         dlq_sink: cfg.dlq.group_or(hookstream_config::DEFAULT_DLQ_SINK_GROUP),
@@ -546,6 +552,7 @@ async fn run_db(command: Command, pool: &PgPool, cfg: &CliConfig) -> anyhow::Res
             unreachable!("handled without a database")
         }
         Command::Dlq(_) | Command::Event(EventCmd::Resend(_)) => unreachable!("handled in dlq.rs"),
+        Command::ApiKey(_) => unreachable!("handled in api_keys.rs"),
         Command::Health(_) => unreachable!("handled in health.rs"),
         Command::Attempts(_)
         | Command::Endpoint(EndpointCmd::Stats(_))
@@ -557,7 +564,7 @@ async fn run_db(command: Command, pool: &PgPool, cfg: &CliConfig) -> anyhow::Res
 }
 
 /// Accepts a tenant id or a tenant name.
-async fn resolve_tenant(pool: &PgPool, text: &str) -> anyhow::Result<Uuid> {
+pub(crate) async fn resolve_tenant(pool: &PgPool, text: &str) -> anyhow::Result<Uuid> {
     if let Ok(id) = Uuid::parse_str(text) {
         return match tenants::get(pool, id).await {
             Ok(t) => Ok(t.id),

@@ -1,0 +1,394 @@
+//! Endpoints as the admin API manages them: always within one tenant, with their `uid` and
+//! metadata, a caller-given first secret, full and partial updates, deletion, keyset pages in
+//! id (creation) order, and the current signing secret opened for its owner.
+//!
+//! URLs are validated with the SSRF policy and sealed like `endpoints::create` does; the
+//! stored `url` is the redacted form, and that is all this module returns.
+
+use chrono::{DateTime, Utc};
+use hookstream_egress::AddressPolicy;
+use hookstream_signing::Secret;
+use serde::Serialize;
+use sqlx::{PgPool, Postgres, QueryBuilder};
+use uuid::Uuid;
+
+use crate::endpoints::{insert_secret, validate_url, SecretRow};
+use crate::sealing::Sealer;
+use crate::{EventFilter, StoreError};
+
+/// Why an endpoint is disabled when the API disables it.
+pub const DISABLED_BY_API: &str = "disabled through the API";
+
+#[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
+pub struct ManagedEndpoint {
+    pub id: Uuid,
+    pub tenant_id: Uuid,
+    /// Redacted (see `endpoints::Endpoint::url`).
+    pub url: String,
+    pub description: String,
+    pub event_types: Vec<String>,
+    pub enabled: bool,
+    pub disabled_reason: Option<String>,
+    pub rate_limit_per_s: Option<i32>,
+    pub timeout_ms: i32,
+    pub max_in_flight: i32,
+    pub uid: Option<String>,
+    pub metadata: serde_json::Value,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    pub failing_since: Option<DateTime<Utc>>,
+}
+
+const COLUMNS: &str =
+    "id, tenant_id, url, description, event_types, enabled, disabled_reason, rate_limit_per_s, \
+                       timeout_ms, max_in_flight, uid, metadata, created_at, updated_at, failing_since";
+
+/// An endpoint named by its id or, within its tenant, by its uid.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EndpointRef {
+    Id(Uuid),
+    Uid(String),
+}
+
+impl EndpointRef {
+    pub fn parse(segment: &str) -> Self {
+        match Uuid::parse_str(segment) {
+            Ok(id) => EndpointRef::Id(id),
+            Err(_) => EndpointRef::Uid(segment.to_string()),
+        }
+    }
+}
+
+/// An endpoint's fields (create and full update). Limits left `None` keep their current value
+/// (or take the defaults at creation).
+#[derive(Debug, Clone, Default)]
+pub struct EndpointFields {
+    pub url: String,
+    pub description: String,
+    pub event_types: Vec<String>,
+    pub disabled: bool,
+    pub rate_limit_per_s: Option<i32>,
+    pub uid: Option<String>,
+    pub metadata: serde_json::Value,
+    pub timeout_ms: Option<i32>,
+    pub max_in_flight: Option<i32>,
+}
+
+fn clash(e: sqlx::Error, uid: Option<&str>) -> StoreError {
+    if let sqlx::Error::Database(db) = &e {
+        if db.is_unique_violation() {
+            return StoreError::Conflict(format!(
+                "an endpoint with uid {:?} already exists in this application",
+                uid.unwrap_or_default()
+            ));
+        }
+        if db.is_foreign_key_violation() {
+            return StoreError::NotFound("application".into());
+        }
+    }
+    StoreError::from_db(e)
+}
+
+fn check(f: &EndpointFields) -> Result<Vec<String>, StoreError> {
+    let filter = EventFilter::new(&f.event_types).map_err(StoreError::Invalid)?;
+    if f.rate_limit_per_s.is_some_and(|r| r <= 0) {
+        return Err(StoreError::Invalid("rate limit must be positive".into()));
+    }
+    if f.timeout_ms.is_some_and(|t| !(100..=30_000).contains(&t)) {
+        return Err(StoreError::Invalid("timeout must be 100 to 30000 ms".into()));
+    }
+    if f.max_in_flight.is_some_and(|c| !(1..=1000).contains(&c)) {
+        return Err(StoreError::Invalid("concurrency cap must be 1 to 1000".into()));
+    }
+    if f.description.len() > 10_000 {
+        return Err(StoreError::Invalid(
+            "description must be at most 10000 bytes".into(),
+        ));
+    }
+    Ok(filter.patterns().to_vec())
+}
+
+/// Creates an endpoint of `tenant` with its first secret (`secret`, or a new one); returns the
+/// secret once. The URL is checked against `policy` before anything is written.
+pub async fn create(
+    pool: &PgPool,
+    sealer: &Sealer,
+    policy: &AddressPolicy,
+    tenant: Uuid,
+    f: &EndpointFields,
+    secret: Option<Secret>,
+) -> Result<(ManagedEndpoint, Secret), StoreError> {
+    let url = validate_url(&f.url, policy)?;
+    let patterns = check(f)?;
+    let id = Uuid::now_v7();
+    let (url_key_id, url_sealed) = sealer.seal_url(id, url.as_str());
+    let mut tx = pool.begin().await?;
+    let endpoint = sqlx::query_as::<_, ManagedEndpoint>(&format!(
+        "INSERT INTO hookstream.endpoints
+            (id, tenant_id, url, url_sealed, url_key_id, description, event_types, enabled, disabled_reason,
+             rate_limit_per_s, timeout_ms, max_in_flight, uid, metadata)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, NOT $8, CASE WHEN $8 THEN $9 END, $10, coalesce($11, 15000),
+                 coalesce($12, 32), $13, $14)
+         RETURNING {COLUMNS}"
+    ))
+    .bind(id)
+    .bind(tenant)
+    .bind(hookstream_egress::redact(url.as_str()))
+    .bind(url_sealed)
+    .bind(url_key_id)
+    .bind(&f.description)
+    .bind(&patterns)
+    .bind(f.disabled)
+    .bind(DISABLED_BY_API)
+    .bind(f.rate_limit_per_s)
+    .bind(f.timeout_ms)
+    .bind(f.max_in_flight)
+    .bind(&f.uid)
+    .bind(&f.metadata)
+    .fetch_one(&mut *tx)
+    .await
+    .map_err(|e| clash(e, f.uid.as_deref()))?;
+    let secret = secret.unwrap_or_else(Secret::generate);
+    insert_secret(&mut tx, sealer, id, &secret, None).await?;
+    tx.commit().await?;
+    Ok((endpoint, secret))
+}
+
+/// One of `tenant`'s endpoints.
+pub async fn find(
+    pool: &PgPool,
+    tenant: Uuid,
+    ep: &EndpointRef,
+) -> Result<Option<ManagedEndpoint>, StoreError> {
+    let (id, uid) = match ep {
+        EndpointRef::Id(id) => (Some(*id), None),
+        EndpointRef::Uid(uid) => (None, Some(uid.as_str())),
+    };
+    let sql = if id.is_some() {
+        format!("SELECT {COLUMNS} FROM hookstream.endpoints WHERE tenant_id = $1 AND id = $2")
+    } else {
+        format!("SELECT {COLUMNS} FROM hookstream.endpoints WHERE tenant_id = $1 AND uid = $3")
+    };
+    Ok(sqlx::query_as::<_, ManagedEndpoint>(&sql)
+        .bind(tenant)
+        .bind(id)
+        .bind(uid)
+        .fetch_optional(pool)
+        .await?)
+}
+
+/// Several of `tenant`'s endpoints by id (those that exist).
+pub async fn find_many(
+    pool: &PgPool,
+    tenant: Uuid,
+    ids: &[Uuid],
+) -> Result<Vec<ManagedEndpoint>, StoreError> {
+    Ok(sqlx::query_as::<_, ManagedEndpoint>(&format!(
+        "SELECT {COLUMNS} FROM hookstream.endpoints WHERE tenant_id = $1 AND id = ANY($2)"
+    ))
+    .bind(tenant)
+    .bind(ids)
+    .fetch_all(pool)
+    .await?)
+}
+
+/// A page of `tenant`'s endpoints in id order after (descending: before) `cursor`.
+pub async fn list(
+    pool: &PgPool,
+    tenant: Uuid,
+    cursor: Option<Uuid>,
+    descending: bool,
+    limit: i64,
+) -> Result<Vec<ManagedEndpoint>, StoreError> {
+    let mut q = QueryBuilder::<Postgres>::new(format!(
+        "SELECT {COLUMNS} FROM hookstream.endpoints WHERE tenant_id = "
+    ));
+    q.push_bind(tenant);
+    if let Some(c) = cursor {
+        q.push(if descending { " AND id < " } else { " AND id > " })
+            .push_bind(c);
+    }
+    q.push(if descending {
+        " ORDER BY id DESC"
+    } else {
+        " ORDER BY id"
+    });
+    q.push(" LIMIT ").push_bind(limit);
+    Ok(q.build_query_as().fetch_all(pool).await?)
+}
+
+/// Every enabled endpoint of `tenant` (for the destinations of a message not yet attempted).
+pub async fn enabled_of(pool: &PgPool, tenant: Uuid) -> Result<Vec<ManagedEndpoint>, StoreError> {
+    Ok(sqlx::query_as::<_, ManagedEndpoint>(&format!(
+        "SELECT {COLUMNS} FROM hookstream.endpoints WHERE tenant_id = $1 AND enabled ORDER BY id"
+    ))
+    .bind(tenant)
+    .fetch_all(pool)
+    .await?)
+}
+
+/// Replaces an endpoint's fields. A URL is validated and sealed again; enabling an endpoint
+/// clears its failure record, disabling records `DISABLED_BY_API` (an endpoint disabled for
+/// another reason keeps that reason).
+pub async fn update(
+    pool: &PgPool,
+    sealer: &Sealer,
+    policy: &AddressPolicy,
+    tenant: Uuid,
+    id: Uuid,
+    f: &EndpointFields,
+) -> Result<ManagedEndpoint, StoreError> {
+    let url = validate_url(&f.url, policy)?;
+    let patterns = check(f)?;
+    let (url_key_id, url_sealed) = sealer.seal_url(id, url.as_str());
+    sqlx::query_as::<_, ManagedEndpoint>(&format!(
+        "UPDATE hookstream.endpoints SET
+            url = $3, url_sealed = $4, url_key_id = $5, description = $6, event_types = $7,
+            enabled = NOT $8,
+            disabled_reason = CASE WHEN NOT $8 THEN NULL WHEN enabled THEN $9 ELSE disabled_reason END,
+            failing_since = CASE WHEN NOT $8 AND NOT enabled THEN NULL ELSE failing_since END,
+            rate_limit_per_s = $10, timeout_ms = coalesce($11, timeout_ms),
+            max_in_flight = coalesce($12, max_in_flight), uid = $13, metadata = $14, updated_at = now()
+          WHERE tenant_id = $1 AND id = $2
+          RETURNING {COLUMNS}"
+    ))
+    .bind(tenant)
+    .bind(id)
+    .bind(hookstream_egress::redact(url.as_str()))
+    .bind(url_sealed)
+    .bind(url_key_id)
+    .bind(&f.description)
+    .bind(&patterns)
+    .bind(f.disabled)
+    .bind(DISABLED_BY_API)
+    .bind(f.rate_limit_per_s)
+    .bind(f.timeout_ms)
+    .bind(f.max_in_flight)
+    .bind(&f.uid)
+    .bind(&f.metadata)
+    .fetch_optional(pool)
+    .await
+    .map_err(|e| clash(e, f.uid.as_deref()))?
+    .ok_or_else(|| StoreError::NotFound(format!("endpoint {id}")))
+}
+
+/// Changes what a partial update names and keeps the rest; the URL, when it changes, is
+/// validated and sealed again.
+#[derive(Debug, Clone, Default)]
+pub struct EndpointPatch {
+    pub url: Option<String>,
+    pub description: Option<String>,
+    pub event_types: Option<Vec<String>>,
+    pub disabled: Option<bool>,
+    /// `Some(None)` removes the limit.
+    pub rate_limit_per_s: Option<Option<i32>>,
+    /// `Some(None)` removes the uid.
+    pub uid: Option<Option<String>>,
+    pub metadata: Option<serde_json::Value>,
+    pub timeout_ms: Option<i32>,
+    pub max_in_flight: Option<i32>,
+}
+
+/// Applies a partial update (read, merge, full update, in one transaction).
+pub async fn patch(
+    pool: &PgPool,
+    sealer: &Sealer,
+    policy: &AddressPolicy,
+    tenant: Uuid,
+    id: Uuid,
+    p: &EndpointPatch,
+) -> Result<ManagedEndpoint, StoreError> {
+    let mut tx = pool.begin().await?;
+    let current = sqlx::query_as::<_, ManagedEndpoint>(&format!(
+        "SELECT {COLUMNS} FROM hookstream.endpoints WHERE tenant_id = $1 AND id = $2 FOR UPDATE"
+    ))
+    .bind(tenant)
+    .bind(id)
+    .fetch_optional(&mut *tx)
+    .await?
+    .ok_or_else(|| StoreError::NotFound(format!("endpoint {id}")))?;
+    let merged = EndpointFields {
+        url: p.url.clone().unwrap_or_default(),
+        description: p.description.clone().unwrap_or(current.description.clone()),
+        event_types: p.event_types.clone().unwrap_or(current.event_types.clone()),
+        disabled: p.disabled.unwrap_or(!current.enabled),
+        rate_limit_per_s: p.rate_limit_per_s.unwrap_or(current.rate_limit_per_s),
+        uid: p.uid.clone().unwrap_or(current.uid.clone()),
+        metadata: p.metadata.clone().unwrap_or(current.metadata.clone()),
+        timeout_ms: p.timeout_ms,
+        max_in_flight: p.max_in_flight,
+    };
+    let patterns = check(&merged)?;
+    let sealed_url = match &p.url {
+        Some(raw) => {
+            let url = validate_url(raw, policy)?;
+            let (key_id, sealed) = sealer.seal_url(id, url.as_str());
+            Some((hookstream_egress::redact(url.as_str()), sealed, key_id))
+        }
+        None => None,
+    };
+    let (redacted, sealed, key_id) = match sealed_url {
+        Some((r, s, k)) => (Some(r), Some(s), Some(k)),
+        None => (None, None, None),
+    };
+    let row = sqlx::query_as::<_, ManagedEndpoint>(&format!(
+        "UPDATE hookstream.endpoints SET
+            url = coalesce($3, url), url_sealed = coalesce($4, url_sealed), url_key_id = coalesce($5, url_key_id),
+            description = $6, event_types = $7, enabled = NOT $8,
+            disabled_reason = CASE WHEN NOT $8 THEN NULL WHEN enabled THEN $9 ELSE disabled_reason END,
+            failing_since = CASE WHEN NOT $8 AND NOT enabled THEN NULL ELSE failing_since END,
+            rate_limit_per_s = $10, timeout_ms = coalesce($11, timeout_ms),
+            max_in_flight = coalesce($12, max_in_flight), uid = $13, metadata = $14, updated_at = now()
+          WHERE tenant_id = $1 AND id = $2
+          RETURNING {COLUMNS}"
+    ))
+    .bind(tenant)
+    .bind(id)
+    .bind(redacted)
+    .bind(sealed)
+    .bind(key_id)
+    .bind(&merged.description)
+    .bind(&patterns)
+    .bind(merged.disabled)
+    .bind(DISABLED_BY_API)
+    .bind(merged.rate_limit_per_s)
+    .bind(merged.timeout_ms)
+    .bind(merged.max_in_flight)
+    .bind(&merged.uid)
+    .bind(&merged.metadata)
+    .fetch_one(&mut *tx)
+    .await
+    .map_err(|e| clash(e, merged.uid.as_deref()))?;
+    tx.commit().await?;
+    Ok(row)
+}
+
+/// Deletes one of `tenant`'s endpoints (with its secrets).
+pub async fn delete(pool: &PgPool, tenant: Uuid, id: Uuid) -> Result<(), StoreError> {
+    let done = sqlx::query("DELETE FROM hookstream.endpoints WHERE tenant_id = $1 AND id = $2")
+        .bind(tenant)
+        .bind(id)
+        .execute(pool)
+        .await?;
+    if done.rows_affected() == 0 {
+        return Err(StoreError::NotFound(format!("endpoint {id}")));
+    }
+    Ok(())
+}
+
+/// The newest secret that signs now (during a rotation, the new one), opened.
+pub async fn current_secret(pool: &PgPool, sealer: &Sealer, id: Uuid) -> Result<Secret, StoreError> {
+    let row: Option<SecretRow> = sqlx::query_as(
+        "SELECT id, endpoint_id, secret, sealed, key_id, expires_at FROM hookstream.endpoint_secrets
+          WHERE endpoint_id = $1 AND (expires_at IS NULL OR expires_at > now())
+          ORDER BY created_at DESC, id DESC LIMIT 1",
+    )
+    .bind(id)
+    .fetch_optional(pool)
+    .await?;
+    let row = row.ok_or_else(|| StoreError::NotFound(format!("secret of endpoint {id}")))?;
+    let text = row
+        .plaintext(sealer)?
+        .ok_or_else(|| StoreError::NotFound(format!("secret of endpoint {id}")))?;
+    Secret::parse(&text).map_err(|e| StoreError::Invalid(format!("stored secret of endpoint {id}: {e}")))
+}

@@ -1,0 +1,362 @@
+//! The message store (`hookstream.messages`, migration 0010): every event enqueued, kept for
+//! reading back after the relay deleted its outbox row. `hookstream.enqueue` writes it in the
+//! producer's own transaction; the admin API enqueues many messages per statement through
+//! `enqueue_many` (over `hookstream.enqueue_message`, which also says whether a message is new
+//! or an idempotency key's earlier one).
+//!
+//! Ids are UUIDv7 and `created_at` is the millisecond the id encodes, so a lookup by id goes
+//! to one day partition, and pages in id order are pages in time order: keyset pagination on
+//! the id is stable while messages are added (new ones sort after every page already read).
+//! Retention drops whole day partitions (`drop_partitions_before`), created ahead of time by
+//! `ensure_partitions`.
+
+use chrono::{DateTime, Duration, NaiveDate, Utc};
+use serde::Serialize;
+use sqlx::{PgPool, Postgres, QueryBuilder};
+use uuid::Uuid;
+
+use crate::StoreError;
+
+/// A message to enqueue.
+#[derive(Debug, Clone, Default)]
+pub struct NewMessage {
+    pub tenant_id: Uuid,
+    pub event_type: String,
+    /// The payload's JSON text (an object); stored as jsonb, delivered as its text.
+    pub payload: String,
+    pub aggregate_type: String,
+    pub aggregate_id: String,
+    /// The idempotency key (the API's `eventId`): enqueuing it again returns the first id.
+    pub idempotency_key: Option<String>,
+    /// The creating request's key (the API's `idempotency-key` header).
+    pub request_key: Option<String>,
+}
+
+/// What enqueuing one message did.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct Enqueued {
+    #[sqlx(rename = "out_id")]
+    pub id: Uuid,
+    /// False: the idempotency key had been used; `id` is the earlier message's.
+    #[sqlx(rename = "out_created")]
+    pub created: bool,
+    /// The request key the message was created with.
+    #[sqlx(rename = "out_request")]
+    pub request_key: Option<String>,
+}
+
+/// Maps `hookstream.enqueue`'s refusals (SQLSTATE class HS) to input errors.
+fn from_enqueue(e: sqlx::Error) -> StoreError {
+    if let sqlx::Error::Database(db) = &e {
+        if db.code().is_some_and(|c| c.starts_with("HS")) {
+            return StoreError::Invalid(db.message().to_string());
+        }
+    }
+    StoreError::from_db(e)
+}
+
+/// Enqueues every message in one statement (one transaction): all are written, or none.
+/// Returns one result per message, in order.
+pub async fn enqueue_many(pool: &PgPool, rows: &[NewMessage]) -> Result<Vec<Enqueued>, StoreError> {
+    if rows.is_empty() {
+        return Ok(Vec::new());
+    }
+    let tenants: Vec<Uuid> = rows.iter().map(|r| r.tenant_id).collect();
+    let types: Vec<&str> = rows.iter().map(|r| r.event_type.as_str()).collect();
+    let payloads: Vec<&str> = rows.iter().map(|r| r.payload.as_str()).collect();
+    let agg_types: Vec<&str> = rows.iter().map(|r| r.aggregate_type.as_str()).collect();
+    let agg_ids: Vec<&str> = rows.iter().map(|r| r.aggregate_id.as_str()).collect();
+    let keys: Vec<Option<&str>> = rows.iter().map(|r| r.idempotency_key.as_deref()).collect();
+    let requests: Vec<Option<&str>> = rows.iter().map(|r| r.request_key.as_deref()).collect();
+    sqlx::query_as::<_, Enqueued>(
+        "SELECT e.out_id, e.out_created, e.out_request
+           FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[])
+                WITH ORDINALITY AS t(tenant, event_type, payload, agg_type, agg_id, key, request, n)
+          CROSS JOIN LATERAL hookstream.enqueue_message(t.tenant, t.event_type, t.payload::jsonb, t.agg_type,
+                                                        t.agg_id, '{}'::jsonb, t.key, t.request) e
+          ORDER BY t.n",
+    )
+    .bind(&tenants)
+    .bind(&types)
+    .bind(&payloads)
+    .bind(&agg_types)
+    .bind(&agg_ids)
+    .bind(&keys)
+    .bind(&requests)
+    .fetch_all(pool)
+    .await
+    .map_err(from_enqueue)
+}
+
+/// Stores a message that is not enqueued (the API's send-example: delivered to one endpoint
+/// through a retry tier, not routed).
+pub async fn insert(pool: &PgPool, id: Uuid, m: &NewMessage) -> Result<DateTime<Utc>, StoreError> {
+    let at = v7_time(id).ok_or_else(|| StoreError::Invalid(format!("{id} is not a UUIDv7")))?;
+    sqlx::query(
+        "INSERT INTO hookstream.messages (tenant_id, event_id, created_at, event_type, aggregate_type,
+                                          aggregate_id, payload, idempotency_key, request_key)
+         VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8, $9)",
+    )
+    .bind(m.tenant_id)
+    .bind(id)
+    .bind(at)
+    .bind(&m.event_type)
+    .bind(&m.aggregate_type)
+    .bind(&m.aggregate_id)
+    .bind(&m.payload)
+    .bind(&m.idempotency_key)
+    .bind(&m.request_key)
+    .execute(pool)
+    .await
+    .map_err(StoreError::from_db)?;
+    Ok(at)
+}
+
+/// A stored message.
+#[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
+pub struct Message {
+    pub tenant_id: Uuid,
+    pub event_id: Uuid,
+    pub created_at: DateTime<Utc>,
+    pub event_type: String,
+    pub aggregate_type: String,
+    pub aggregate_id: String,
+    /// The payload's JSON text (`{}` when listed without content).
+    pub payload: String,
+    pub idempotency_key: Option<String>,
+}
+
+fn columns(with_content: bool) -> &'static str {
+    if with_content {
+        "tenant_id, event_id, created_at, event_type, aggregate_type, aggregate_id, payload::text AS payload, idempotency_key"
+    } else {
+        "tenant_id, event_id, created_at, event_type, aggregate_type, aggregate_id, '{}'::text AS payload, idempotency_key"
+    }
+}
+
+/// The time a UUIDv7 encodes (None for other versions).
+pub fn v7_time(id: Uuid) -> Option<DateTime<Utc>> {
+    if id.get_version_num() != 7 {
+        return None;
+    }
+    let (secs, nanos) = id.get_timestamp()?.to_unix();
+    DateTime::from_timestamp(secs as i64, nanos)
+}
+
+/// The smallest UUIDv7 of the millisecond of `at`: every id made at or after `at`'s
+/// millisecond is at least this, every id made before is smaller.
+pub fn v7_floor(at: DateTime<Utc>) -> Uuid {
+    let ms = at.timestamp_millis().max(0) as u64;
+    let mut b = [0u8; 16];
+    b[..6].copy_from_slice(&ms.to_be_bytes()[2..]);
+    Uuid::from_bytes(b)
+}
+
+/// One of a tenant's messages.
+pub async fn get(
+    pool: &PgPool,
+    tenant: Uuid,
+    id: Uuid,
+    with_content: bool,
+) -> Result<Option<Message>, StoreError> {
+    let Some(at) = v7_time(id) else {
+        return Ok(None);
+    };
+    Ok(sqlx::query_as::<_, Message>(&format!(
+        "SELECT {} FROM hookstream.messages
+          WHERE tenant_id = $1 AND event_id = $2 AND created_at >= $3 AND created_at < $4",
+        columns(with_content)
+    ))
+    .bind(tenant)
+    .bind(id)
+    .bind(at - Duration::seconds(1))
+    .bind(at + Duration::seconds(1))
+    .fetch_optional(pool)
+    .await?)
+}
+
+/// Several of a tenant's messages by id (those that exist).
+pub async fn get_many(
+    pool: &PgPool,
+    tenant: Uuid,
+    ids: &[Uuid],
+    with_content: bool,
+) -> Result<Vec<Message>, StoreError> {
+    let times: Vec<DateTime<Utc>> = ids.iter().filter_map(|id| v7_time(*id)).collect();
+    let (Some(lo), Some(hi)) = (times.iter().min(), times.iter().max()) else {
+        return Ok(Vec::new());
+    };
+    Ok(sqlx::query_as::<_, Message>(&format!(
+        "SELECT {} FROM hookstream.messages
+          WHERE tenant_id = $1 AND event_id = ANY($2) AND created_at >= $3 AND created_at < $4",
+        columns(with_content)
+    ))
+    .bind(tenant)
+    .bind(ids)
+    .bind(*lo - Duration::seconds(1))
+    .bind(*hi + Duration::seconds(1))
+    .fetch_all(pool)
+    .await?)
+}
+
+/// Replaces a message's stored payload with `{}` (Svix's expunge-content).
+pub async fn expunge(pool: &PgPool, tenant: Uuid, id: Uuid) -> Result<(), StoreError> {
+    let at = v7_time(id).ok_or_else(|| StoreError::NotFound(format!("message {id}")))?;
+    let done = sqlx::query(
+        "UPDATE hookstream.messages SET payload = '{}'
+          WHERE tenant_id = $1 AND event_id = $2 AND created_at >= $3 AND created_at < $4",
+    )
+    .bind(tenant)
+    .bind(id)
+    .bind(at - Duration::seconds(1))
+    .bind(at + Duration::seconds(1))
+    .execute(pool)
+    .await?;
+    if done.rows_affected() == 0 {
+        return Err(StoreError::NotFound(format!("message {id}")));
+    }
+    Ok(())
+}
+
+/// Which messages to list.
+#[derive(Debug, Clone, Default)]
+pub struct ListFilter {
+    /// Only these event types (any, when empty).
+    pub event_types: Vec<String>,
+    /// Created before this time.
+    pub before: Option<DateTime<Utc>>,
+    /// Created after this time.
+    pub after: Option<DateTime<Utc>>,
+    pub with_content: bool,
+}
+
+/// A page of a tenant's messages in id (time) order, after the cursor in that order
+/// (newest first when `descending`).
+pub async fn list(
+    pool: &PgPool,
+    tenant: Uuid,
+    cursor: Option<Uuid>,
+    descending: bool,
+    filter: &ListFilter,
+    limit: i64,
+) -> Result<Vec<Message>, StoreError> {
+    let mut q = QueryBuilder::<Postgres>::new(format!(
+        "SELECT {} FROM hookstream.messages WHERE tenant_id = ",
+        columns(filter.with_content)
+    ));
+    q.push_bind(tenant);
+    // Id bounds, each with a time bound a second wider so the planner skips whole days.
+    let mut upper: Option<Uuid> = cursor.filter(|_| descending);
+    let mut lower: Option<Uuid> = cursor.filter(|_| !descending);
+    if let Some(before) = filter.before {
+        let b = v7_floor(before);
+        upper = Some(upper.map_or(b, |u| u.min(b)));
+    }
+    if let Some(after) = filter.after {
+        // Strictly after: from the next millisecond.
+        let a = v7_floor(after + Duration::milliseconds(1));
+        let a = Uuid::from_u128(a.as_u128().saturating_sub(1));
+        lower = Some(lower.map_or(a, |l| l.max(a)));
+    }
+    if let Some(u) = upper {
+        q.push(" AND event_id < ").push_bind(u);
+        if let Some(t) = v7_time_any(u) {
+            q.push(" AND created_at < ").push_bind(t + Duration::seconds(1));
+        }
+    }
+    if let Some(l) = lower {
+        q.push(" AND event_id > ").push_bind(l);
+        if let Some(t) = v7_time_any(l) {
+            q.push(" AND created_at >= ").push_bind(t - Duration::seconds(1));
+        }
+    }
+    if !filter.event_types.is_empty() {
+        q.push(" AND event_type = ANY(")
+            .push_bind(filter.event_types.clone())
+            .push(")");
+    }
+    q.push(if descending {
+        " ORDER BY event_id DESC"
+    } else {
+        " ORDER BY event_id"
+    });
+    q.push(" LIMIT ").push_bind(limit);
+    Ok(q.build_query_as().fetch_all(pool).await?)
+}
+
+/// The millisecond in the first 48 bits of any UUID (v7 or a bound made by `v7_floor`).
+fn v7_time_any(id: Uuid) -> Option<DateTime<Utc>> {
+    let b = id.as_bytes();
+    let mut ms = [0u8; 8];
+    ms[2..].copy_from_slice(&b[..6]);
+    DateTime::from_timestamp_millis(i64::from_be_bytes(ms))
+}
+
+/// Creates the day partitions of `from` and the `days - 1` days after it; returns the days that
+/// could not be created now (locked, or rows of that day already in the default partition).
+pub async fn ensure_partitions(
+    pool: &PgPool,
+    from: NaiveDate,
+    days: u32,
+) -> Result<Vec<NaiveDate>, StoreError> {
+    let mut missed = Vec::new();
+    for d in 0..days {
+        let day = from + chrono::Days::new(u64::from(d));
+        let made: Result<bool, sqlx::Error> =
+            sqlx::query_scalar("SELECT hookstream.ensure_message_partition($1)")
+                .bind(day)
+                .fetch_one(pool)
+                .await;
+        match made {
+            Ok(true) => {}
+            Ok(false) => missed.push(day),
+            // lock_timeout: producers held the table; try again at the next round.
+            Err(sqlx::Error::Database(db)) if db.code().as_deref() == Some("55P03") => missed.push(day),
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(missed)
+}
+
+/// Drops the day partitions before `day` (and deletes older rows of the default partition);
+/// returns the partitions dropped.
+pub async fn drop_partitions_before(pool: &PgPool, day: NaiveDate) -> Result<Vec<String>, StoreError> {
+    Ok(
+        sqlx::query_scalar("SELECT hookstream.drop_message_partitions($1)")
+            .bind(day)
+            .fetch_all(pool)
+            .await?,
+    )
+}
+
+/// The day partitions that exist, oldest first (the default partition last).
+pub async fn partitions(pool: &PgPool) -> Result<Vec<String>, StoreError> {
+    Ok(sqlx::query_scalar(
+        "SELECT c.relname::text FROM pg_inherits i
+         JOIN pg_class c ON c.oid = i.inhrelid
+         JOIN pg_class p ON p.oid = i.inhparent
+         JOIN pg_namespace n ON n.oid = p.relnamespace
+         WHERE n.nspname = 'hookstream' AND p.relname = 'messages'
+         ORDER BY 1",
+    )
+    .fetch_all(pool)
+    .await?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn v7_bounds_order_like_time() {
+        let id = Uuid::now_v7();
+        let at = v7_time(id).unwrap();
+        assert!(v7_floor(at) <= id);
+        assert!(v7_floor(at + Duration::milliseconds(1)) > id);
+        assert_eq!(
+            v7_time_any(v7_floor(at)).unwrap().timestamp_millis(),
+            at.timestamp_millis()
+        );
+        assert_eq!(v7_time(Uuid::new_v4()), None);
+    }
+}

@@ -1,0 +1,244 @@
+//! The API's configuration: the shared sections (`database`, `kafka`, `telemetry`, `secrets`),
+//! `[retry]` (the tier resends and recoveries go to, as the dispatchers read it), `[delivery]`
+//! (only `allow_cidrs` is used: the SSRF policy endpoint URLs are checked against at creation,
+//! the same allow-list the dispatchers connect with) and `[api]`, each validated before
+//! anything is bound or connected.
+
+use hookstream_config::{
+    ConfigError, DatabaseConfig, KafkaConfig, RetryConfig, SecretsConfig, TelemetryConfig, Validate,
+};
+use hookstream_delivery::DeliveryConfig;
+use serde::{Deserialize, Serialize};
+
+/// The API's configuration file.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    pub database: DatabaseConfig,
+    pub kafka: KafkaConfig,
+    pub telemetry: TelemetryConfig,
+    pub retry: RetryConfig,
+    pub delivery: DeliveryConfig,
+    pub secrets: SecretsConfig,
+    pub api: ApiSettings,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ApiSettings {
+    /// `host:port` the API listens on; port 0 picks a free port.
+    pub listen: String,
+    /// Operator tokens, as `sha256:<64 hex digits>` of the token (`hookstream api-key
+    /// hash-token` prints it). An operator may do everything, for every tenant.
+    pub operator_token_hashes: Vec<String>,
+    /// Requests per key (an operator token or a tenant key).
+    pub rate_limit: RateLimitSettings,
+    /// Largest request body. 0: the payload limit (`hookstream.settings.max_payload_bytes`,
+    /// read at start) plus 64 KiB for the rest of a message.
+    pub max_body_bytes: usize,
+    /// Refuse messages (and endpoint filters) naming an event type that is not in the
+    /// catalogue, or is archived.
+    pub enforce_event_types: bool,
+    /// Messages are kept this many days (whole UTC days are dropped).
+    pub message_retention_days: u32,
+    /// Day partitions of the message store are created this many days ahead.
+    pub partition_days_ahead: u32,
+    /// How often the message store's partitions are created and dropped.
+    pub maintenance_interval_ms: u64,
+    /// Message creates are written in batches by this many writers, each its own connection.
+    pub message_writers: usize,
+    /// Most messages one writer stores in one statement.
+    pub message_batch_rows: usize,
+    /// How long a tenant key's lookup (or its absence) is remembered: a revoked key stops
+    /// working within this time.
+    pub key_cache_ms: u64,
+    /// Deliveries per second of a recovery (`endpoint/{id}/recover`) or a dead-letter replay.
+    pub recover_rate_per_s: f64,
+    /// Where the app portal is served; `app-portal-access` answers `<portal_url>#key=<token>`.
+    pub portal_url: String,
+    /// Lifetime of an app-portal token when the request names none.
+    pub portal_token_ttl_s: u64,
+    /// Origins allowed to call the API from a browser (CORS). Empty: CORS off.
+    pub cors_allowed_origins: Vec<String>,
+    /// How long SIGTERM waits for requests and background recoveries in flight.
+    pub shutdown_grace_ms: u64,
+}
+
+impl Default for ApiSettings {
+    fn default() -> Self {
+        Self {
+            listen: "127.0.0.1:8080".into(),
+            operator_token_hashes: Vec::new(),
+            rate_limit: RateLimitSettings::default(),
+            max_body_bytes: 0,
+            enforce_event_types: false,
+            message_retention_days: 30,
+            partition_days_ahead: 7,
+            maintenance_interval_ms: 3_600_000,
+            message_writers: 4,
+            message_batch_rows: 256,
+            key_cache_ms: 5_000,
+            recover_rate_per_s: hookstream_replay::DEFAULT_RATE_PER_S,
+            portal_url: "http://127.0.0.1:8080/portal".into(),
+            portal_token_ttl_s: 7 * 86_400,
+            cors_allowed_origins: Vec::new(),
+            shutdown_grace_ms: 10_000,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RateLimitSettings {
+    /// Sustained requests per second per key; 0 turns the limit off.
+    pub per_key_per_s: u32,
+    /// Requests a key may make at once above the sustained rate.
+    pub burst: u32,
+    /// Whether operator tokens are limited too.
+    pub operators: bool,
+}
+
+impl Default for RateLimitSettings {
+    fn default() -> Self {
+        Self {
+            per_key_per_s: 1_000,
+            burst: 2_000,
+            operators: false,
+        }
+    }
+}
+
+/// The digest bytes of an `operator_token_hashes` entry.
+pub fn parse_token_hash(entry: &str) -> Result<[u8; 32], String> {
+    let hex_part = entry
+        .strip_prefix("sha256:")
+        .ok_or_else(|| "must start with \"sha256:\"".to_string())?;
+    let bytes = hex::decode(hex_part).map_err(|_| "must be sha256: and 64 hex digits".to_string())?;
+    <[u8; 32]>::try_from(bytes.as_slice()).map_err(|_| "must be sha256: and 64 hex digits".to_string())
+}
+
+impl Validate for ApiSettings {
+    fn validate(&self) -> Result<(), ConfigError> {
+        let err = |m: String| Err(ConfigError::new(m));
+        match self.listen.rsplit_once(':') {
+            Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => {}
+            _ => return err(format!("api.listen must be host:port, not {:?}", self.listen)),
+        }
+        for (i, h) in self.operator_token_hashes.iter().enumerate() {
+            if let Err(why) = parse_token_hash(h) {
+                return err(format!("api.operator_token_hashes[{i}] {why}"));
+            }
+        }
+        if self.rate_limit.per_key_per_s > 0 && self.rate_limit.burst == 0 {
+            return err("api.rate_limit.burst must be at least 1 when a rate is set".into());
+        }
+        for (key, value) in [
+            (
+                "api.message_retention_days",
+                u64::from(self.message_retention_days),
+            ),
+            ("api.partition_days_ahead", u64::from(self.partition_days_ahead)),
+            ("api.maintenance_interval_ms", self.maintenance_interval_ms),
+            ("api.message_writers", self.message_writers as u64),
+            ("api.message_batch_rows", self.message_batch_rows as u64),
+            ("api.portal_token_ttl_s", self.portal_token_ttl_s),
+        ] {
+            if value == 0 {
+                return err(format!("{key} must be at least 1"));
+            }
+        }
+        if self.message_batch_rows > 1000 {
+            return err("api.message_batch_rows must be at most 1000".into());
+        }
+        if !(self.recover_rate_per_s.is_finite() && self.recover_rate_per_s > 0.0) {
+            return err("api.recover_rate_per_s must be a positive number".into());
+        }
+        if url::Url::parse(&self.portal_url).map_or(true, |u| !matches!(u.scheme(), "http" | "https")) {
+            return err(format!(
+                "api.portal_url must be an http(s) URL, not {:?}",
+                self.portal_url
+            ));
+        }
+        for o in &self.cors_allowed_origins {
+            if o.parse::<axum::http::HeaderValue>().is_err()
+                || !(o.starts_with("http://") || o.starts_with("https://"))
+            {
+                return err(format!(
+                    "api.cors_allowed_origins: {o:?} is not an origin (https://host[:port])"
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Validate for Config {
+    fn validate(&self) -> Result<(), ConfigError> {
+        self.database.validate()?;
+        self.kafka.validate()?;
+        self.telemetry.validate()?;
+        self.retry.validate()?;
+        self.secrets.validate()?;
+        self.api.validate()?;
+        if self.secrets.keys()?.is_empty() {
+            return Err(ConfigError::new(
+                "secrets.key (or secrets.key_file) is required: it seals and opens the endpoints' signing secrets and URLs",
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KEY: &str =
+        "[secrets]\nkey = \"k:0000000000000000000000000000000000000000000000000000000000000000\"\n";
+
+    fn load(extra: &str) -> Result<Config, ConfigError> {
+        hookstream_config::load_toml_str(&format!("{KEY}{extra}"))
+    }
+
+    #[test]
+    fn bad_values_are_refused_naming_the_key() {
+        let cfg = load("").unwrap();
+        assert_eq!(cfg.api.listen, "127.0.0.1:8080");
+        for (toml, key) in [
+            ("[api]\nlisten = \"nope\"\n", "api.listen"),
+            (
+                "[api]\noperator_token_hashes = [\"abc\"]\n",
+                "api.operator_token_hashes[0]",
+            ),
+            (
+                "[api]\noperator_token_hashes = [\"sha256:abcd\"]\n",
+                "api.operator_token_hashes[0]",
+            ),
+            ("[api]\nmessage_writers = 0\n", "api.message_writers"),
+            ("[api]\nmessage_batch_rows = 5000\n", "api.message_batch_rows"),
+            ("[api]\nportal_url = \"ftp://x\"\n", "api.portal_url"),
+            ("[api.rate_limit]\nburst = 0\n", "api.rate_limit.burst"),
+            (
+                "[api]\ncors_allowed_origins = [\"*\"]\n",
+                "api.cors_allowed_origins",
+            ),
+            ("[api]\nunknown = 1\n", "unknown"),
+        ] {
+            let e = load(toml).expect_err(toml).to_string();
+            assert!(e.contains(key), "{toml}: {e}");
+        }
+        let e = hookstream_config::load_toml_str::<Config>("")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("secrets.key"), "{e}");
+        let ok = load(&format!(
+            "[api]\noperator_token_hashes = [\"sha256:{}\"]\n",
+            "ab".repeat(32)
+        ))
+        .unwrap();
+        assert_eq!(
+            parse_token_hash(&ok.api.operator_token_hashes[0]).unwrap(),
+            [0xab; 32]
+        );
+    }
+}

@@ -1,0 +1,174 @@
+//! Extractors whose refusals are Svix-shaped and name what is wrong: a JSON body (400 when it
+//! is not JSON, 422 naming the field whose value has the wrong type or is missing, 413 over
+//! the body limit), a query string (422 naming the parameter) and path segments.
+
+use axum::body::Bytes;
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::request::Parts;
+use serde::de::DeserializeOwned;
+
+use crate::error::{ApiError, ValidationErrorItem};
+
+/// A JSON body.
+pub struct Json<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Json<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let limit = req.extensions().get::<BodyLimit>().map(|l| l.0);
+        let bytes = Bytes::from_request(req, state).await.map_err(|e| {
+            if e.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
+                ApiError::TooLarge(limit.unwrap_or_default())
+            } else {
+                ApiError::BadRequest(format!("cannot read the request body: {e}"))
+            }
+        })?;
+        parse_json(&bytes).map(Json)
+    }
+}
+
+/// The body limit in force, for the 413 message (set by the router's layer).
+#[derive(Debug, Clone, Copy)]
+pub struct BodyLimit(pub usize);
+
+/// Parses a JSON body; errors name the field (`loc: ["body", ...path]`).
+pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Err(ApiError::BadRequest("the request needs a JSON body".into()));
+    }
+    let de = &mut serde_json::Deserializer::from_slice(bytes);
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let inner = e.inner();
+        match inner.classify() {
+            serde_json::error::Category::Syntax | serde_json::error::Category::Eof => {
+                ApiError::BadRequest(format!("the request body is not valid JSON: {inner}"))
+            }
+            _ => {
+                let mut loc = vec!["body".to_string()];
+                loc.extend(path_segments(e.path()));
+                let msg = strip_position(&inner.to_string());
+                if let Some(field) = missing_field(&msg) {
+                    loc.push(field);
+                }
+                ApiError::Validation(vec![ValidationErrorItem {
+                    loc,
+                    msg,
+                    kind: "type_error".into(),
+                }])
+            }
+        }
+    })
+}
+
+fn path_segments(path: &serde_path_to_error::Path) -> Vec<String> {
+    path.iter()
+        .filter_map(|s| match s {
+            serde_path_to_error::Segment::Seq { index } => Some(index.to_string()),
+            serde_path_to_error::Segment::Map { key } => Some(key.clone()),
+            serde_path_to_error::Segment::Enum { variant } => Some(variant.clone()),
+            serde_path_to_error::Segment::Unknown => None,
+        })
+        .collect()
+}
+
+/// serde_json appends " at line 1 column 9": the field already says where.
+fn strip_position(msg: &str) -> String {
+    match msg.rfind(" at line ") {
+        Some(i) => msg[..i].to_string(),
+        None => msg.to_string(),
+    }
+}
+
+fn missing_field(msg: &str) -> Option<String> {
+    let rest = msg.strip_prefix("missing field `")?;
+    Some(rest.split('`').next()?.to_string())
+}
+
+/// A query string.
+pub struct Query<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for Query<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        let q = parts.uri.query().unwrap_or_default();
+        let de = serde_urlencoded::Deserializer::new(form_urlencoded::parse(q.as_bytes()));
+        serde_path_to_error::deserialize(de).map(Query).map_err(|e| {
+            let mut loc = vec!["query".to_string()];
+            loc.extend(path_segments(e.path()));
+            let msg = e.inner().to_string();
+            if let Some(field) = missing_field(&msg) {
+                loc.push(field);
+            }
+            ApiError::Validation(vec![ValidationErrorItem {
+                loc,
+                msg,
+                kind: "type_error".into(),
+            }])
+        })
+    }
+}
+
+/// Path segments.
+pub struct Path<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for Path<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        axum::extract::Path::<T>::from_request_parts(parts, state)
+            .await
+            .map(|p| Path(p.0))
+            .map_err(|e| ApiError::field(&["path"], e.body_text()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, serde::Deserialize)]
+    #[allow(dead_code)]
+    struct In {
+        url: String,
+        #[serde(default)]
+        n: Option<u16>,
+        #[serde(default)]
+        tags: Vec<String>,
+    }
+
+    fn loc(e: ApiError) -> Vec<String> {
+        match e {
+            ApiError::Validation(items) => items[0].loc.clone(),
+            other => panic!("not a validation error: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        assert!(parse_json::<In>(br#"{"url":"x"}"#).is_ok());
+        assert_eq!(
+            loc(parse_json::<In>(br#"{"url":5}"#).unwrap_err()),
+            ["body", "url"]
+        );
+        assert_eq!(loc(parse_json::<In>(br#"{"n":1}"#).unwrap_err()), ["body", "url"]);
+        assert_eq!(
+            loc(parse_json::<In>(br#"{"url":"x","n":70000}"#).unwrap_err()),
+            ["body", "n"]
+        );
+        assert_eq!(
+            loc(parse_json::<In>(br#"{"url":"x","tags":["a",2]}"#).unwrap_err()),
+            ["body", "tags", "1"]
+        );
+        assert!(matches!(
+            parse_json::<In>(b"{\"url\":"),
+            Err(ApiError::BadRequest(_))
+        ));
+        assert!(matches!(
+            parse_json::<In>(b"not json"),
+            Err(ApiError::BadRequest(_))
+        ));
+        assert!(matches!(parse_json::<In>(b""), Err(ApiError::BadRequest(_))));
+    }
+}

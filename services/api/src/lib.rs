@@ -1,0 +1,289 @@
+//! The admin REST API: applications (tenants), endpoints, messages (events enqueued through
+//! `hookstream.enqueue`: the API is one more producer), the delivery log, event types, and
+//! Hookstream's extensions, on Svix's API v1 paths, field names, pagination and error bodies,
+//! so Svix's SDKs work against it unchanged (`docs/api.md` lists what differs).
+//!
+//! `run` serves it until shutdown. Requests are authenticated and scoped to a tenant
+//! (`auth.rs`); message creates are written in groups (`writer.rs`); the OpenAPI document is
+//! generated from the handlers (`routes/`, utoipa) and served at `/api/v1/openapi.json`; the
+//! message store's day partitions are kept by a maintenance task (`maintenance.rs`). Every
+//! long-running task is supervised.
+
+#![forbid(unsafe_code)]
+
+pub mod auth;
+pub mod config;
+pub mod error;
+mod extract;
+mod maintenance;
+pub mod metrics;
+pub mod models;
+pub mod page;
+mod routes;
+mod writer;
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::{HeaderValue, Method, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::Router;
+use hookstream_egress::AddressPolicy;
+use hookstream_replay::Replayer;
+use hookstream_store::sealing::Sealer;
+use hookstream_store::sqlx::PgPool;
+use hookstream_store::StoreError;
+use hookstream_telemetry::prometheus::Registry;
+use hookstream_telemetry::{Health, ServiceError, Supervisor, TaskFailed};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tower::Layer as _;
+use tower_http::cors::CorsLayer;
+use tower_http::normalize_path::NormalizePathLayer;
+
+pub use config::{ApiSettings, Config};
+
+use crate::auth::Authenticator;
+use crate::error::ApiError;
+use crate::extract::BodyLimit;
+use crate::metrics::ApiMetrics;
+use crate::writer::MessageWriter;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiServiceError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    #[error("http server: {0}")]
+    Io(#[from] std::io::Error),
+    #[error(transparent)]
+    TaskFailed(#[from] TaskFailed),
+}
+
+impl ServiceError for ApiServiceError {
+    fn exit_code(&self) -> u8 {
+        match self {
+            ApiServiceError::Config(_) => 2,
+            _ => 1,
+        }
+    }
+}
+
+/// What every handler shares.
+#[derive(Clone)]
+pub struct AppState {
+    pub(crate) pool: PgPool,
+    pub(crate) sealer: Arc<Sealer>,
+    pub(crate) policy: AddressPolicy,
+    pub(crate) cfg: Arc<ApiSettings>,
+    pub(crate) auth: Arc<Authenticator>,
+    pub(crate) metrics: ApiMetrics,
+    pub(crate) writer: MessageWriter,
+    /// None when retries are off: resends and recoveries cannot be delivered.
+    pub(crate) replayer: Option<Arc<Replayer>>,
+    /// Background recoveries and replays, awaited (up to the grace period) at shutdown.
+    pub(crate) tasks: TaskTracker,
+}
+
+/// Binds `cfg.api.listen` (for `main`; tests bind port 0 themselves).
+pub async fn bind(cfg: &Config) -> std::io::Result<TcpListener> {
+    TcpListener::bind(&cfg.api.listen).await
+}
+
+/// Serves the API on `listener` until `shutdown` is cancelled (then finishes the requests in
+/// flight and waits for background recoveries up to `api.shutdown_grace_ms`), or one of its
+/// tasks stops unexpectedly (then it drains and returns the failure).
+pub async fn run(
+    cfg: Config,
+    listener: TcpListener,
+    registry: &Registry,
+    health: Health,
+    shutdown: CancellationToken,
+) -> Result<(), ApiServiceError> {
+    let sealer = Sealer::from_config(&cfg.secrets).map_err(|e| ApiServiceError::Config(e.to_string()))?;
+    let policy = AddressPolicy::new(cfg.delivery.allow_cidrs.clone());
+    let pool = hookstream_store::connect(&cfg.database).await?;
+    if cfg.database.migrate_on_start {
+        hookstream_store::migrate(&pool).await?;
+    }
+    let payload_limit: i32 =
+        hookstream_store::sqlx::query_scalar("SELECT max_payload_bytes FROM hookstream.settings")
+            .fetch_one(&pool)
+            .await
+            .map_err(StoreError::from)?;
+    let payload_limit = payload_limit.max(0) as usize;
+    let body_limit = match cfg.api.max_body_bytes {
+        0 => payload_limit + 64 * 1024,
+        n => n,
+    };
+    let replayer = match Replayer::new(pool.clone(), &cfg.kafka, &cfg.retry) {
+        Ok(r) => Some(Arc::new(r)),
+        Err(e) => {
+            tracing::warn!(error = %e, "resends and recoveries are off");
+            None
+        }
+    };
+    let metrics = ApiMetrics::register(registry);
+    let auth = Arc::new(Authenticator::new(&cfg.api, pool.clone(), metrics.clone()));
+    let (writer, writer_tasks) = MessageWriter::new(
+        pool.clone(),
+        cfg.api.message_writers,
+        cfg.api.message_batch_rows,
+        metrics.clone(),
+    );
+    let grace = Duration::from_millis(cfg.api.shutdown_grace_ms);
+    let tasks = TaskTracker::new();
+    let state = AppState {
+        pool: pool.clone(),
+        sealer: Arc::new(sealer),
+        policy,
+        cfg: Arc::new(cfg.api.clone()),
+        auth: auth.clone(),
+        metrics,
+        writer,
+        replayer,
+        tasks: tasks.clone(),
+    };
+
+    let mut supervisor = Supervisor::new(health.clone(), shutdown.clone(), grace * 2);
+    for task in writer_tasks {
+        supervisor.spawn("message writer", async move {
+            task.await;
+            Ok::<(), Infallible>(())
+        });
+    }
+    supervisor.spawn(
+        "key usage",
+        auth::flush_loop(auth, Duration::from_secs(5), shutdown.clone()),
+    );
+    supervisor.spawn(
+        "message partitions",
+        maintenance::run(pool.clone(), cfg.api.clone(), shutdown.clone()),
+    );
+    let app = router(state, body_limit, &cfg.api)?;
+    let stop = shutdown.clone();
+    let addr = listener.local_addr()?;
+    supervisor.spawn("http", async move {
+        let app = NormalizePathLayer::trim_trailing_slash().layer(app);
+        axum::serve(listener, axum::ServiceExt::<Request>::into_make_service(app))
+            .with_graceful_shutdown(async move { stop.cancelled().await })
+            .await?;
+        // Recoveries started by requests finish (or are cut at the grace period: a dead letter
+        // not marked replayed stays replayable).
+        tasks.close();
+        if tokio::time::timeout(grace, tasks.wait()).await.is_err() {
+            tracing::warn!("background recoveries still running at the end of the grace period");
+        }
+        Ok::<(), std::io::Error>(())
+    });
+    tracing::info!(listen = %addr, "api listening");
+    health.set_ready(true);
+    supervisor.wait().await?;
+    pool.close().await;
+    Ok(())
+}
+
+/// The router with its OpenAPI document, the fallbacks and the layers.
+pub fn router(state: AppState, body_limit: usize, cfg: &ApiSettings) -> Result<Router, ApiServiceError> {
+    let (api, doc) = routes::build().split_for_parts();
+    let doc = Arc::new(doc);
+    let mut router = api
+        .route(
+            "/api/v1/openapi.json",
+            axum::routing::get(move || {
+                let doc = doc.clone();
+                async move { axum::Json(doc.as_ref().clone()) }
+            }),
+        )
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(axum::middleware::from_fn_with_state(state.clone(), track))
+        .layer(axum::Extension(BodyLimit(body_limit)))
+        .layer(DefaultBodyLimit::max(body_limit))
+        .with_state(state);
+    if !cfg.cors_allowed_origins.is_empty() {
+        let origins: Vec<HeaderValue> = cfg
+            .cors_allowed_origins
+            .iter()
+            .map(|o| {
+                o.parse()
+                    .map_err(|_| ApiServiceError::Config(format!("bad origin {o:?}")))
+            })
+            .collect::<Result<_, _>>()?;
+        router = router.layer(
+            CorsLayer::new()
+                .allow_origin(origins)
+                .allow_methods([
+                    Method::GET,
+                    Method::POST,
+                    Method::PUT,
+                    Method::PATCH,
+                    Method::DELETE,
+                ])
+                .allow_headers([
+                    axum::http::header::AUTHORIZATION,
+                    axum::http::header::CONTENT_TYPE,
+                    axum::http::HeaderName::from_static("idempotency-key"),
+                ]),
+        );
+    }
+    Ok(router)
+}
+
+/// The OpenAPI document the code generates (what `/api/v1/openapi.json` serves).
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    routes::build().split_for_parts().1
+}
+
+async fn not_found(method: Method, uri: axum::http::Uri) -> ApiError {
+    ApiError::NotFound(format!("no route {method} {}", uri.path()))
+}
+
+async fn method_not_allowed(method: Method, uri: axum::http::Uri) -> Response {
+    let mut r = ApiError::NotFound(format!("no route {method} {}", uri.path())).into_response();
+    *r.status_mut() = StatusCode::METHOD_NOT_ALLOWED;
+    r
+}
+
+/// Counts and times every request by its route template.
+async fn track(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let route = req
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .map(|p| p.as_str().to_string())
+        .unwrap_or_else(|| "unmatched".into());
+    let method = req.method().clone();
+    let start = std::time::Instant::now();
+    let response = next.run(req).await;
+    let class = match response.status().as_u16() {
+        100..=199 => "1xx",
+        200..=299 => "2xx",
+        300..=399 => "3xx",
+        400..=499 => "4xx",
+        _ => "5xx",
+    };
+    let method = match method {
+        Method::GET => "GET",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::PATCH => "PATCH",
+        Method::DELETE => "DELETE",
+        _ => "OTHER",
+    };
+    state
+        .metrics
+        .requests
+        .with_label_values(&[route.as_str(), method, class])
+        .inc();
+    state
+        .metrics
+        .duration
+        .with_label_values(&[route.as_str()])
+        .observe(start.elapsed().as_secs_f64());
+    response
+}

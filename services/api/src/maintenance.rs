@@ -1,0 +1,45 @@
+//! Keeps the message store's day partitions: creates today's and `api.partition_days_ahead`
+//! days ahead, and drops the days older than `api.message_retention_days`, every
+//! `api.maintenance_interval_ms` (and at start). A round that fails is logged and tried again
+//! at the next one: producers never depend on it (rows of a day without a partition land in the
+//! default partition).
+
+use std::time::Duration;
+
+use chrono::Utc;
+use hookstream_store::messages;
+use hookstream_store::sqlx::PgPool;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::ApiSettings;
+
+pub async fn run(
+    pool: PgPool,
+    cfg: ApiSettings,
+    shutdown: CancellationToken,
+) -> Result<(), std::convert::Infallible> {
+    let every = Duration::from_millis(cfg.maintenance_interval_ms);
+    loop {
+        if let Err(e) = round(&pool, &cfg).await {
+            tracing::warn!(error = %e, "message partitions: round failed, will retry");
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => return Ok(()),
+            _ = tokio::time::sleep(every) => {}
+        }
+    }
+}
+
+async fn round(pool: &PgPool, cfg: &ApiSettings) -> Result<(), hookstream_store::StoreError> {
+    let today = Utc::now().date_naive();
+    let missed = messages::ensure_partitions(pool, today, cfg.partition_days_ahead + 1).await?;
+    if !missed.is_empty() {
+        tracing::warn!(days = ?missed, "message partitions: some days could not be created yet");
+    }
+    let cutoff = today - chrono::Days::new(u64::from(cfg.message_retention_days));
+    let dropped = messages::drop_partitions_before(pool, cutoff).await?;
+    if !dropped.is_empty() {
+        tracing::info!(partitions = ?dropped, "message partitions: dropped past retention");
+    }
+    Ok(())
+}

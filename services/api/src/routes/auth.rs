@@ -1,0 +1,94 @@
+//! App-portal access: a short-lived tenant-scoped token (`hsp_…`) and the portal URL that
+//! carries it, for the portal (issue 16) to call this API with; and logout of such a token.
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use chrono::Utc;
+use hookstream_store::api_keys::{self, KeyKind, NewKey};
+use hookstream_store::applications::{self, AppRef};
+
+use super::Errors;
+use crate::auth::Principal;
+use crate::error::{ApiError, ApiResult};
+use crate::extract::{Json, Path};
+use crate::models::{AppPortalAccessIn, AppPortalAccessOut};
+use crate::AppState;
+
+/// Longest lifetime a portal token may ask for.
+const MAX_EXPIRY_S: u64 = 365 * 86_400;
+
+/// Get a portal token for an application
+///
+/// Mints an expiring token that sees only this application (read-only when asked). Operators
+/// may ask for any application (creating it from `application` when the path names a uid that
+/// does not exist); a tenant key only for its own.
+#[utoipa::path(post, path = "/api/v1/auth/app-portal-access/{app_id}", operation_id = "v1.authentication.app-portal-access", tag = "Authentication",
+    params(("app_id" = String, Path, description = "The application's id or uid")),
+    request_body = AppPortalAccessIn,
+    responses((status = 200, body = AppPortalAccessOut), Errors))]
+pub async fn app_portal_access(
+    State(state): State<AppState>,
+    who: Principal,
+    Path(app_id): Path<String>,
+    Json(input): Json<AppPortalAccessIn>,
+) -> ApiResult<axum::Json<AppPortalAccessOut>> {
+    let app_ref = AppRef::parse(&app_id);
+    let tenant = match applications::resolve(&state.pool, &app_ref, who.scope()).await? {
+        Some(t) => t,
+        None => match (&app_ref, input.application.clone(), who.is_operator()) {
+            (AppRef::Uid(uid), Some(mut app), true) => {
+                super::check_uid(uid, "application.uid")?;
+                app.uid = Some(uid.clone());
+                applications::create(&state.pool, &super::apps::fields(app)?)
+                    .await?
+                    .id
+            }
+            _ => return Err(ApiError::not_found("application")),
+        },
+    };
+    let expiry = input.expiry.unwrap_or(state.cfg.portal_token_ttl_s);
+    if !(1..=MAX_EXPIRY_S).contains(&expiry) {
+        return Err(ApiError::body(
+            "expiry",
+            format!("must be 1 to {MAX_EXPIRY_S} seconds"),
+        ));
+    }
+    // A read-only caller can only hand out read-only access.
+    let caller_read_only = matches!(who, Principal::Tenant { read_only: true, .. });
+    let (_, token) = api_keys::create(
+        &state.pool,
+        &NewKey {
+            tenant_id: tenant,
+            kind: KeyKind::Portal,
+            name: input.session_id.unwrap_or_default().chars().take(200).collect(),
+            read_only: input.read_only.unwrap_or(false) || caller_read_only,
+            expires_at: Some(Utc::now() + chrono::Duration::seconds(expiry as i64)),
+        },
+    )
+    .await?;
+    Ok(axum::Json(AppPortalAccessOut {
+        url: format!("{}#key={token}", state.cfg.portal_url),
+        token,
+    }))
+}
+
+/// Log out an app-portal token
+///
+/// Revokes the portal token the request is made with; other tokens are refused.
+#[utoipa::path(post, path = "/api/v1/auth/logout", operation_id = "v1.authentication.logout", tag = "Authentication",
+    responses((status = 204), Errors))]
+pub async fn logout(State(state): State<AppState>, who: Principal) -> ApiResult<StatusCode> {
+    match who {
+        Principal::Tenant {
+            key_id,
+            tenant,
+            kind: KeyKind::Portal,
+            ..
+        } => {
+            api_keys::revoke(&state.pool, key_id, Some(tenant)).await?;
+            state.auth.forget(key_id);
+            Ok(StatusCode::NO_CONTENT)
+        }
+        _ => Err(ApiError::Forbidden("only an app-portal token can log out".into())),
+    }
+}

@@ -1,0 +1,85 @@
+//! Message creates, written in groups: each request submits its message to one of
+//! `api.message_writers` batchers (round robin) and waits for its own answer, while each
+//! writer stores whatever has gathered in one statement, one transaction
+//! (`messages::enqueue_many`). A request is answered only after its message committed, so a
+//! 202 means the event is durable; concurrent requests share the round trip and the WAL flush,
+//! which is what makes thousands of creates per second possible on one database.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use hookstream_store::batch::{Batcher, Refused};
+use hookstream_store::messages::{self, Enqueued, NewMessage};
+use hookstream_store::sqlx::PgPool;
+
+use crate::error::ApiError;
+use crate::metrics::ApiMetrics;
+
+#[derive(Clone)]
+pub struct MessageWriter {
+    batchers: Arc<Vec<Batcher<NewMessage, Enqueued>>>,
+    next: Arc<AtomicUsize>,
+}
+
+impl MessageWriter {
+    /// The writer handle and the writer tasks to supervise (each ends once every handle is
+    /// dropped and its queue is answered).
+    pub fn new(
+        pool: PgPool,
+        writers: usize,
+        max_rows: usize,
+        metrics: ApiMetrics,
+    ) -> (Self, Vec<impl Future<Output = ()> + Send>) {
+        let mut batchers = Vec::new();
+        let mut tasks = Vec::new();
+        for _ in 0..writers.max(1) {
+            let pool = pool.clone();
+            let metrics = metrics.clone();
+            let (batcher, task) = Batcher::new(max_rows, move |rows: Vec<NewMessage>| {
+                let pool = pool.clone();
+                let metrics = metrics.clone();
+                async move {
+                    metrics.message_batch_rows.observe(rows.len() as f64);
+                    let result = messages::enqueue_many(&pool, &rows).await;
+                    (rows, result)
+                }
+            });
+            batchers.push(batcher);
+            tasks.push(task);
+        }
+        (
+            Self {
+                batchers: Arc::new(batchers),
+                next: Arc::new(AtomicUsize::new(0)),
+            },
+            tasks,
+        )
+    }
+
+    /// Stores one message; returns its id and whether it is new.
+    pub async fn write(&self, m: NewMessage) -> Result<Enqueued, ApiError> {
+        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.batchers.len();
+        match self.batchers[i].submit(m).await {
+            Ok(done) => Ok(done),
+            Err(Refused::Invalid(why, _)) => Err(refusal(why)),
+            Err(Refused::Unavailable(why, _)) => Err(ApiError::Unavailable(why)),
+            Err(Refused::Closed) => Err(ApiError::Unavailable("the server is shutting down".into())),
+        }
+    }
+}
+
+/// `hookstream.enqueue_message`'s refusal, on the field it is about (the API checks these
+/// before writing; this is for what only the database knows: the payload limit, a tenant
+/// deleted meanwhile).
+fn refusal(why: String) -> ApiError {
+    if why.starts_with("unknown tenant") {
+        ApiError::not_found("application")
+    } else if why.starts_with("invalid event type") {
+        ApiError::body("eventType", why)
+    } else if why.starts_with("idempotency key") {
+        ApiError::body("eventId", why)
+    } else {
+        ApiError::body("payload", why)
+    }
+}

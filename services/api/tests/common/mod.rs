@@ -1,0 +1,172 @@
+//! In-process services for the API's integration tests: the API on port 0 against a test's
+//! own database and topics, and (for delivery) a relay and a dispatcher.
+
+#![allow(dead_code)] // each test binary uses a part
+
+use std::time::Duration;
+
+use hookstream_testkit::TestEnv;
+use reqwest::{Method, StatusCode};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use tokio_util::sync::CancellationToken;
+
+pub const OPERATOR_TOKEN: &str = "test-operator-token-0123456789";
+
+/// The API's configuration for this test's database, topics and tiers (loopback allowed).
+pub fn api_config(env: &TestEnv) -> api::Config {
+    let mut cfg = api::Config {
+        database: env.database.clone(),
+        kafka: env.kafka.clone(),
+        retry: retry(env),
+        secrets: env.secrets.clone(),
+        ..Default::default()
+    };
+    cfg.delivery.allow_cidrs = vec!["127.0.0.0/8".parse().unwrap()];
+    cfg.api.listen = "127.0.0.1:0".into();
+    cfg.api.operator_token_hashes = vec![format!("sha256:{}", hex::encode(Sha256::digest(OPERATOR_TOKEN)))];
+    cfg.api.key_cache_ms = 200;
+    cfg.api.shutdown_grace_ms = 2_000;
+    cfg
+}
+
+/// A compressed retry schedule (what the test dispatchers use).
+pub fn retry(env: &TestEnv) -> hookstream_config::RetryConfig {
+    hookstream_config::RetryConfig {
+        schedule_ms: vec![1_000, 2_000],
+        jitter: 0.0,
+        min_throttled_delay_ms: 1_000,
+        ..env.retry.clone()
+    }
+}
+
+/// A running API.
+pub struct Api {
+    pub base: String,
+    pub client: reqwest::Client,
+    pub stop: CancellationToken,
+    pub registry: prometheus::Registry,
+}
+
+impl Api {
+    pub async fn start(cfg: api::Config) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let stop = CancellationToken::new();
+        let registry = prometheus::Registry::new();
+        let (t, r) = (stop.clone(), registry.clone());
+        tokio::spawn(async move {
+            api::run(cfg, listener, &r, Default::default(), t)
+                .await
+                .expect("api runs");
+        });
+        let client = reqwest::Client::new();
+        for _ in 0..100 {
+            if let Ok(r) = client.get(format!("{base}/api/v1/health")).send().await {
+                if r.status() == StatusCode::NO_CONTENT {
+                    return Self {
+                        base,
+                        client,
+                        stop,
+                        registry,
+                    };
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("the API did not become healthy");
+    }
+
+    /// A request with `token` (None: no credentials); the status and the JSON body (Null when
+    /// empty).
+    pub async fn call(
+        &self,
+        token: Option<&str>,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> (StatusCode, Value) {
+        let mut req = self.client.request(method, format!("{}{path}", self.base));
+        if let Some(t) = token {
+            req = req.bearer_auth(t);
+        }
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let resp = req.send().await.expect("request sent");
+        let status = resp.status();
+        let text = resp.text().await.unwrap();
+        let json = if text.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_str(&text).unwrap_or(Value::String(text))
+        };
+        (status, json)
+    }
+
+    pub async fn op(&self, method: Method, path: &str, body: Option<Value>) -> (StatusCode, Value) {
+        self.call(Some(OPERATOR_TOKEN), method, path, body).await
+    }
+}
+
+impl Drop for Api {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+/// A relay and a dispatcher (compressed retries, loopback allowed); cancel the token to stop.
+pub fn start_pipeline(env: &TestEnv) -> CancellationToken {
+    let token = CancellationToken::new();
+    let relay = outbox_relay::Config {
+        database: env.database.clone(),
+        kafka: env.kafka.clone(),
+        ..Default::default()
+    };
+    let t = token.clone();
+    tokio::spawn(async move {
+        outbox_relay::run(relay, &prometheus::Registry::new(), Default::default(), t)
+            .await
+            .expect("relay runs");
+    });
+    let mut cfg = dispatcher::Config {
+        database: env.database.clone(),
+        kafka: env.kafka.clone(),
+        retry: retry(env),
+        dlq: dispatcher::dlq_sink::DlqConfig {
+            sink_group_id: env.dlq_sink_group(),
+            ..Default::default()
+        },
+        attempts: dispatcher::attempt_sink::AttemptsConfig {
+            sink_group_id: env.attempt_sink_group(),
+            ..Default::default()
+        },
+        secrets: env.secrets.clone(),
+        ..Default::default()
+    };
+    cfg.delivery.allow_cidrs = vec!["127.0.0.0/8".parse().unwrap()];
+    let t = token.clone();
+    tokio::spawn(async move {
+        dispatcher::run(cfg, &prometheus::Registry::new(), Default::default(), t)
+            .await
+            .expect("dispatcher runs");
+    });
+    token
+}
+
+/// A tenant key for `tenant` (made as `hookstream api-key create` does).
+pub async fn tenant_key(env: &TestEnv, tenant: uuid::Uuid, read_only: bool) -> String {
+    hookstream_store::api_keys::create(
+        &env.pool,
+        &hookstream_store::api_keys::NewKey {
+            tenant_id: tenant,
+            kind: hookstream_store::api_keys::KeyKind::Tenant,
+            name: "test".into(),
+            read_only,
+            expires_at: None,
+        },
+    )
+    .await
+    .unwrap()
+    .1
+}
