@@ -756,6 +756,7 @@ fn outcome(run: &Run, delay_ms: u64) -> Outcome {
         processes: run.processes.clone(),
         kills: Vec::new(),
         drained: run.drained,
+        held_at_deadline: None,
         production_s: Some(run.produced_s),
         attempt_log: None,
     }

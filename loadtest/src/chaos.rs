@@ -687,6 +687,7 @@ pub async fn run(args: &RunArgs) -> anyhow::Result<(RunReport, Vec<Chart>)> {
         processes,
         kills: Vec::new(),
         drained: drained.deliveries_s.is_some() && drained.dead_letters_s.is_some(),
+        held_at_deadline: None,
         production_s: Some(production_s),
         attempt_log: None,
     };

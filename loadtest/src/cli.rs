@@ -106,14 +106,16 @@ pub enum BaselineVariant {
 pub struct RunArgs {
     #[arg(value_enum)]
     pub scenario: Scenario,
-    /// Events for the throughput phase.
-    #[arg(long, default_value_t = 200_000)]
-    pub events: usize,
+    /// Events for the throughput phase (each scenario's default is the run
+    /// `loadtest/publish.sh` publishes, one that can pass on a 2-core machine in minutes).
+    #[arg(long)]
+    pub events: Option<usize>,
     /// The dispatchers' `attempts.log` (engine scenarios): every attempt recorded and stored
     /// by the attempt sink, only failures, or none. The report gives the sink's lag.
     #[arg(long, value_enum, default_value = "all")]
     pub attempt_log: AttemptLog,
-    /// Events per second for the latency phase (2,000; chaos: 200).
+    /// Events per second for the latency phase (by scenario: steady 1,000, noisy-neighbour
+    /// 500, outage-recovery 100, crash 500, fleet 250, chaos 200, else 2,000).
     #[arg(long)]
     pub rate: Option<usize>,
     /// relay: seconds of the latency phase; max: seconds of each rate step.
@@ -142,7 +144,7 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 60)]
     pub outage_s: u64,
     /// outage-recovery: the recovering endpoint's rate limit (requests/s).
-    #[arg(long, default_value_t = 100)]
+    #[arg(long, default_value_t = 200)]
     pub outage_rate_limit: i32,
     /// crash: seed of the kill schedule (which process, when); run i of `--runs` uses seed + i.
     #[arg(long, default_value_t = 1)]
@@ -227,8 +229,27 @@ impl RunArgs {
 
     pub fn rate(&self) -> usize {
         self.rate.unwrap_or(match self.scenario {
+            Scenario::Steady => 1_000,
+            Scenario::NoisyNeighbour => 500,
+            Scenario::OutageRecovery => 100,
+            Scenario::Crash => 500,
+            Scenario::Fleet => 250,
             Scenario::Chaos => 200,
             _ => 2_000,
+        })
+    }
+
+    /// Events of the throughput phase: `--events`, or the scenario's published run.
+    pub fn events(&self) -> usize {
+        self.events.unwrap_or(match self.scenario {
+            Scenario::Relay => 200_000,
+            Scenario::Steady | Scenario::Crash => 20_000,
+            Scenario::Max => 50_000,
+            Scenario::NoisyNeighbour => 10_000,
+            // 70 s of production at 100/s: the endpoint is down for the first 60 s, then
+            // takes the ~6,000 held back at its 200/s limit, within the deadline.
+            Scenario::OutageRecovery => 7_000,
+            _ => 5_000,
         })
     }
 }
@@ -241,4 +262,44 @@ fn parse_range(s: &str) -> Result<(f64, f64), String> {
         return Err("expected 0 < MIN <= MAX".into());
     }
     Ok((a, b))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(args: &[&str]) -> RunArgs {
+        let argv = ["loadtest", "run"].iter().chain(args).copied();
+        match Cli::parse_from(argv).command {
+            Command::Run(a) => *a,
+            Command::Remerge { .. } => unreachable!("parsed a run"),
+        }
+    }
+
+    #[test]
+    fn outage_recovery_by_default_can_drain_before_its_deadline() {
+        // The recovering endpoint gets everything held back during the outage at its rate
+        // limit: production, then the backlog at the limit, must end before the deadline.
+        let a = run(&["outage-recovery"]);
+        let (events, rate) = (a.events() as f64, a.rate() as f64);
+        let produced_s = events / rate;
+        let held_back = (a.outage_s as f64).min(produced_s) * rate;
+        let drain_s = held_back / f64::from(a.outage_rate_limit);
+        let done_after_last_commit = (a.outage_s as f64 + drain_s - produced_s).max(0.0);
+        assert!(
+            done_after_last_commit < a.deadline_s as f64 / 2.0,
+            "{events} events at {rate}/s, {}/s after {} s down: done {done_after_last_commit} s after the last commit, deadline {} s",
+            a.outage_rate_limit,
+            a.outage_s,
+            a.deadline_s
+        );
+    }
+
+    #[test]
+    fn explicit_flags_win_over_the_scenario_defaults() {
+        let a = run(&["steady"]);
+        assert_eq!((a.events(), a.rate()), (20_000, 1_000));
+        let a = run(&["steady", "--events", "10", "--rate", "5"]);
+        assert_eq!((a.events(), a.rate()), (10, 5));
+    }
 }

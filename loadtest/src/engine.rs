@@ -298,6 +298,10 @@ pub struct Outcome {
     pub processes: Vec<(String, Usage)>,
     pub kills: Vec<Kill>,
     pub drained: bool,
+    /// At the deadline of a run that did not drain: records the pipeline still held (outbox
+    /// rows, and the events topic's and retry tiers' records not consumed); `None` when it
+    /// drained or the figure could not be read.
+    pub held_at_deadline: Option<i64>,
     /// A rate-driven run: seconds from the first commit to the last (the producers finished).
     pub production_s: Option<f64>,
     /// Hookstream's runs: the attempt log and how the sink kept up.
@@ -703,7 +707,7 @@ pub async fn run(plan: &Plan) -> anyhow::Result<Outcome> {
         }
         None => None,
     };
-    let (timeline, kills, drained, recovered) = result?;
+    let (timeline, kills, drained, recovered, held_at_deadline) = result?;
     let mut production_s = None;
     if let Some(p) = producer {
         match p.await {
@@ -737,6 +741,7 @@ pub async fn run(plan: &Plan) -> anyhow::Result<Outcome> {
         processes,
         kills,
         drained,
+        held_at_deadline,
         production_s,
         attempt_log,
     })
@@ -778,7 +783,36 @@ fn start_services(plan: &Plan, env: &TestEnv, services: &mut Vec<Service>) -> an
     Ok(())
 }
 
-type Driven = (Vec<Sample>, Vec<Kill>, bool, HashMap<usize, f64>);
+/// What `drive` saw: the samples, the kills, whether everything arrived, when endpoints came
+/// back, and (at a deadline) how many records the pipeline still held.
+type Driven = (Vec<Sample>, Vec<Kill>, bool, HashMap<usize, f64>, Option<i64>);
+
+/// Records the pipeline still holds: outbox rows not relayed, and records of the events topic
+/// and of every retry tier its groups have not finished (`None` when it could not be read).
+/// Deliveries missing at a deadline while this is above 0 may still arrive: they are counted
+/// as not yet delivered, not as lost.
+async fn pipeline_holds(plan: &Plan, env: &TestEnv) -> Option<i64> {
+    if let System::Baseline { .. } = plan.system {
+        return baseline::backlog(&env.pool).await.ok();
+    }
+    let outbox = env.outbox_len().await.ok()?;
+    let mut groups = vec![(env.kafka.group_id.clone(), env.kafka.topics.events.clone())];
+    for tier in env.retry.tiers() {
+        groups.push((env.retry.group_id.clone(), tier.topic));
+    }
+    let kafka = env.kafka.clone();
+    let in_kafka = tokio::task::spawn_blocking(move || {
+        let mut sum = 0;
+        for (group, topic) in groups {
+            let view = GroupView::of_topic(&kafka, &group, &topic, Duration::from_secs(5)).ok()?;
+            sum += view.offsets()?.iter().map(PartitionOffsets::lag).sum::<i64>();
+        }
+        Some(sum)
+    })
+    .await
+    .ok()??;
+    Some(outbox + in_kafka)
+}
 
 /// Samples, prints progress, injects chaos and recoveries, until drained or the deadline.
 #[allow(clippy::too_many_arguments)]
@@ -907,15 +941,17 @@ async fn drive(
                 })
             });
             if complete {
-                return Ok((timeline, kills, true, recovered));
+                return Ok((timeline, kills, true, recovered, None));
             }
         }
         if produced_at.is_some_and(|p| p.elapsed() >= plan.drain_deadline) {
+            let held = pipeline_holds(plan, env).await;
             eprintln!(
-                "[{label}] deadline: not drained {} s after the last commit",
-                plan.drain_deadline.as_secs()
+                "[{label}] deadline: not drained {} s after the last commit; the pipeline still holds {} records",
+                plan.drain_deadline.as_secs(),
+                held.map(|h| h.to_string()).unwrap_or_else(|| "?".into())
             );
-            return Ok((timeline, kills, false, recovered));
+            return Ok((timeline, kills, false, recovered, held));
         }
     }
 }
@@ -928,6 +964,9 @@ pub struct Counts {
     /// Distinct (endpoint, event) pairs answered 2xx.
     pub delivered: usize,
     pub lost: usize,
+    /// Expected deliveries missing at the deadline of a run whose pipeline still held records
+    /// (they may yet arrive; whether any is lost is not known). `lost` is 0 then.
+    pub not_delivered: usize,
     /// 2xx answers beyond the first for the same (endpoint, event).
     pub duplicates: usize,
     /// Retries that reached the receiver before the schedule (or Retry-After) allowed.
@@ -1029,11 +1068,21 @@ pub fn contract(outcomes: &[&Outcome]) -> Contract {
     let mut duration_s = 0.0;
     let mut wall_s = 0.0;
     let mut processes: BTreeMap<String, Usage> = BTreeMap::new();
+    let mut held_at_deadline: Option<i64> = None;
     for o in outcomes {
         events += o.events;
         let mut last_ms = o.started_ms;
+        // A run cut off at its deadline while records were still on their way cannot say
+        // what is lost: what is missing is "not yet delivered".
+        let undecided = !o.drained && o.held_at_deadline.is_some_and(|h| h > 0);
+        if let Some(h) = o.held_at_deadline {
+            *held_at_deadline.get_or_insert(0) += h;
+        }
         for (ci, class) in o.classes.iter().enumerate() {
-            let (c, samples, last) = measure_class(class, &o.received[ci], o.events);
+            let (mut c, samples, last) = measure_class(class, &o.received[ci], o.events);
+            if undecided {
+                c.not_delivered = std::mem::take(&mut c.lost);
+            }
             if class.expects_delivery {
                 last_ms = last_ms.max(last);
             }
@@ -1052,6 +1101,7 @@ pub fn contract(outcomes: &[&Outcome]) -> Contract {
                     expected_deliveries: c.expected_deliveries,
                     delivered: c.delivered,
                     lost: c.lost,
+                    not_delivered: c.not_delivered,
                     duplicates: c.duplicates,
                     early_retries: c.early_retries,
                     early_retry_examples: c.early_examples.clone(),
@@ -1070,6 +1120,7 @@ pub fn contract(outcomes: &[&Outcome]) -> Contract {
                 total.expected_deliveries += c.expected_deliveries;
                 total.delivered += c.delivered;
                 total.lost += c.lost;
+                total.not_delivered += c.not_delivered;
                 all_samples.extend(samples);
             }
         }
@@ -1095,6 +1146,8 @@ pub fn contract(outcomes: &[&Outcome]) -> Contract {
         expected_deliveries: total.expected_deliveries,
         delivered: total.delivered,
         lost: total.lost,
+        not_delivered: total.not_delivered,
+        held_at_deadline,
         duplicates: total.duplicates,
         early_retries: total.early_retries,
         invalid_signatures: total.invalid_signatures,
@@ -1170,6 +1223,38 @@ mod tests {
         let mut samples = samples;
         samples.sort_by(f64::total_cmp);
         assert_eq!(samples, vec![505.0, 910.0]);
+    }
+
+    /// A phase of 3 events of which one endpoint got 2, cut off at its deadline holding `held`.
+    fn cut_off(held: Option<i64>) -> Outcome {
+        Outcome {
+            label: "p".into(),
+            events: 3,
+            classes: vec![Class::new("fast", Kind::Http(Behaviour::Ok), 1, true)],
+            received: vec![vec![vec![got("a", 1, 10.0, 204, 0.0), got("b", 1, 20.0, 204, 0.0)]]],
+            recovered_at_ms: vec![None],
+            started_ms: 0.0,
+            wall_s: 1.0,
+            timeline: Vec::new(),
+            processes: Vec::new(),
+            kills: Vec::new(),
+            drained: false,
+            held_at_deadline: held,
+            production_s: None,
+            attempt_log: None,
+        }
+    }
+
+    #[test]
+    fn missing_deliveries_are_lost_only_when_the_pipeline_holds_nothing() {
+        let c = contract(&[&cut_off(Some(5))]);
+        assert_eq!((c.lost, c.not_delivered, c.held_at_deadline), (0, 1, Some(5)));
+        assert_eq!(c.per_class["fast"].not_delivered, 1);
+        let c = contract(&[&cut_off(Some(0))]);
+        assert_eq!((c.lost, c.not_delivered), (1, 0));
+        // Unknown (the figure could not be read): the strict reading.
+        let c = contract(&[&cut_off(None)]);
+        assert_eq!((c.lost, c.not_delivered), (1, 0));
     }
 
     #[test]

@@ -34,6 +34,7 @@ pub struct NoRuns;
 pub fn single(run: RunReport) -> Report {
     let verdict = verdict::of(std::slice::from_ref(&run));
     Report {
+        headline: run.headline_figure(),
         figures: run,
         median_of_runs: None,
         runs: Vec::new(),
@@ -47,8 +48,10 @@ pub fn medians(runs: Vec<RunReport>) -> Result<Report, NoRuns> {
         return Err(NoRuns);
     }
     let refs: Vec<&RunReport> = runs.iter().collect();
+    let figures = RunReport::merge(&refs);
     Ok(Report {
-        figures: RunReport::merge(&refs),
+        headline: figures.headline_figure(),
+        figures,
         median_of_runs: Some(runs.len()),
         verdict: verdict::of(&runs),
         runs,
@@ -162,14 +165,15 @@ merge_fields! {
     Usage { cpu_s, max_rss_mb, restarts }
     Machine { cpu, cores, memory_gb, kernel }
     Contract {
-        events, expected_deliveries, delivered, lost, duplicates, early_retries,
-        invalid_signatures, requests, drained, duration_s, throughput_per_s, latency_ms,
-        duration_measures, wall_s, latency_measures, per_class, processes, attempt_log,
+        events, expected_deliveries, delivered, lost, not_delivered, held_at_deadline,
+        duplicates, early_retries, invalid_signatures, requests, drained, duration_s,
+        throughput_per_s, latency_ms, duration_measures, wall_s, latency_measures, per_class,
+        processes, attempt_log,
     }
     AttemptLogFigures { mode, sink_max_lag_messages, sink_max_lag_s, stored }
     ClassFigures {
         behaviour, expects_delivery, endpoints, events, expected_deliveries, delivered, lost,
-        duplicates, early_retries, early_retry_examples, invalid_signatures, requests,
+        not_delivered, duplicates, early_retries, early_retry_examples, invalid_signatures, requests,
         latency_ms, rate_limit_per_s,
     }
     EarlyRetry { webhook_id, attempt, previous_status, gap_ms, min_gap_ms }

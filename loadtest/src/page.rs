@@ -31,7 +31,15 @@ fn row(html: &mut String, name: &str, h: &Headline) {
 }
 
 fn summary(report: &Report) -> String {
-    let mut html = String::from(
+    let h = &report.headline;
+    let mut html = format!(
+        "<p class=\"headline\"><b>{}</b>: {} {} — {}</p>",
+        escape(&h.name),
+        cell(h.value),
+        escape(&h.unit),
+        escape(&h.measures)
+    );
+    html.push_str(
         "<table><tr><th>system</th><th>delivered / expected</th><th>lost</th><th>duplicates</th>\
          <th>early retries</th><th>invalid signatures</th><th>throughput/s</th><th>p50 ms</th><th>p99 ms</th><th>max ms</th></tr>",
     );
@@ -210,6 +218,7 @@ mod tests {
 
     fn report(figures: RunReport, failures: &[&str]) -> Report {
         Report {
+            headline: figures.headline_figure(),
             figures,
             median_of_runs: None,
             runs: Vec::new(),
@@ -258,6 +267,7 @@ mod tests {
         assert!(html.contains("baseline, polling_tuned"));
         assert!(html.contains("<td>polling_tuned</td><td>2</td><td>0.50</td><td>0.25</td>"));
         assert!(html.contains("<td>Hookstream</td><td>10 / 10</td><td>0</td>"));
+        assert!(html.contains("<b>latency_p99_ms</b>: 9 ms"), "{html}");
         assert!(html.contains("Checks passed"));
     }
 

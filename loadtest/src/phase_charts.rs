@@ -1,8 +1,30 @@
 //! The charts of engine runs: deliveries per second, the latency CDF and backlog/consumer lag
-//! of every phase, and overlays across phases.
+//! of every phase, and overlays across phases. The time charts mark the faults a phase
+//! injected: each SIGKILL (by process) and each endpoint coming back after its outage.
 
-use crate::chart::{cdf_of, line_chart, Chart, Points};
+use crate::chart::{cdf_of, line_chart, marked_time_chart, Chart, Markers, Points};
 use crate::engine::{self, Outcome};
+
+/// The moments of the faults injected in a phase, in seconds since measuring started.
+fn fault_markers(o: &Outcome) -> Markers {
+    let mut m = Markers::default();
+    let kind = |m: &mut Markers, name: String| match m.kinds.iter().position(|k| *k == name) {
+        Some(i) => i,
+        None => {
+            m.kinds.push(name);
+            m.kinds.len() - 1
+        }
+    };
+    for k in &o.kills {
+        let i = kind(&mut m, format!("SIGKILL {}", k.process));
+        m.at.push((k.at_s, i));
+    }
+    for at in o.recovered_at_ms.iter().flatten() {
+        let i = kind(&mut m, "endpoint back up".into());
+        m.at.push(((at - o.started_ms) / 1000.0, i));
+    }
+    m
+}
 
 /// Deliveries (2xx) and requests per second over 1 s windows of the samples.
 fn rates(o: &Outcome) -> (Points, Points) {
@@ -57,16 +79,16 @@ pub fn charts(phases: &[&Outcome]) -> Vec<Chart> {
     }
     for o in phases {
         let (delivered, requests) = rates(o);
-        out.push(line_chart(
-            format!("{}-throughput", o.label),
-            format!("{}: throughput over time", o.label),
+        let faults = fault_markers(o);
+        out.push(marked_time_chart(
+            &format!("{}-throughput", o.label),
+            &format!("{}: throughput over time", o.label),
             (SINCE, "per second"),
             vec![
                 ("2xx deliveries/s".into(), delivered),
                 ("requests/s".into(), requests),
             ],
-            false,
-            None,
+            &faults,
         ));
         out.push(line_chart(
             format!("{}-latency", o.label),
@@ -87,16 +109,15 @@ pub fn charts(phases: &[&Outcome]) -> Vec<Chart> {
             .iter()
             .filter_map(|s| s.lag.map(|l| (s.t_s, l as f64)))
             .collect();
-        out.push(line_chart(
-            format!("{}-backlog", o.label),
-            format!("{}: backlog and consumer lag over time", o.label),
+        out.push(marked_time_chart(
+            &format!("{}-backlog", o.label),
+            &format!("{}: backlog and consumer lag over time", o.label),
             (SINCE, "rows / messages"),
             vec![
                 ("outbox (or queue) rows".into(), backlog),
                 ("consumer lag (messages)".into(), lag),
             ],
-            false,
-            None,
+            &faults,
         ));
     }
     out

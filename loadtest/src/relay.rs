@@ -43,7 +43,7 @@ pub async fn run(args: &RunArgs) -> anyhow::Result<(RunReport, Vec<Chart>)> {
     let mut throughput = Vec::new();
     let mut backlogs = Vec::new();
     for relays in 1..=args.relays.max(1) {
-        let (figures, backlog) = drain(args.events, relays, &args.out).await?;
+        let (figures, backlog) = drain(args.events(), relays, &args.out).await?;
         throughput.push(figures);
         backlogs.push((format!("{relays} relay(s)"), backlog));
     }
@@ -51,7 +51,7 @@ pub async fn run(args: &RunArgs) -> anyhow::Result<(RunReport, Vec<Chart>)> {
     let charts = vec![
         chart::time_chart(
             "relay-drain",
-            &format!("Outbox rows left while {} rows drain", args.events),
+            &format!("Outbox rows left while {} rows drain", args.events()),
             "rows",
             backlogs,
         ),

@@ -34,7 +34,7 @@ fn plan(args: &RunArgs, label: &str, load: Load, classes: Vec<Class>) -> Plan {
     Plan {
         system: System::Hookstream,
         label: label.into(),
-        events: args.events,
+        events: args.events(),
         load,
         classes,
         chaos: None,
@@ -238,7 +238,7 @@ pub async fn max(args: &RunArgs) -> anyhow::Result<Measured> {
         }
     }
     let max = MaxFigures {
-        backlog_events: args.events,
+        backlog_events: args.events(),
         endpoints,
         drain_rate_events_per_s: drain_events_per_s,
         sustainable_rate_events_per_s: sustained,

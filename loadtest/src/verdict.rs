@@ -64,6 +64,15 @@ fn contract(c: &Contract, out: &mut Vec<String>) {
         "deliveries lost (never answered 2xx)",
         out,
     );
+    if c.not_delivered > 0 {
+        out.push(format!(
+            "did not drain before the deadline: {} deliveries not yet delivered, {} records still in the pipeline (not counted as lost)",
+            c.not_delivered,
+            c.held_at_deadline
+                .map(|h| h.to_string())
+                .unwrap_or_else(|| "?".into())
+        ));
+    }
 }
 
 fn relay(r: &RelayReport, out: &mut Vec<String>) {
@@ -313,6 +322,23 @@ mod tests {
         let v = of(&[read(&json(&run)).expect("reads")]);
         assert!(!v.passed);
         assert_eq!(v.failures, ["1 deliveries lost (never answered 2xx)"]);
+    }
+
+    #[test]
+    fn a_run_cut_off_with_records_in_flight_fails_without_calling_them_lost() {
+        let mut run = fixtures::steady();
+        if let RunReport::Steady(r) = &mut run {
+            r.contract.delivered -= 4;
+            r.contract.drained = false;
+            r.contract.not_delivered = 4;
+            r.contract.held_at_deadline = Some(7);
+        }
+        let v = of(&[read(&json(&run)).expect("reads")]);
+        assert!(!v.passed);
+        assert_eq!(
+            v.failures,
+            ["did not drain before the deadline: 4 deliveries not yet delivered, 7 records still in the pipeline (not counted as lost)"]
+        );
     }
 
     #[test]

@@ -10,6 +10,7 @@
 
 mod autoscale;
 mod chaos;
+mod headline;
 mod relay;
 mod scenario;
 
@@ -25,6 +26,7 @@ pub use chaos::{
     ChaosFigures, ChaosLost, ChaosSection, Crash, DrainFigures, FaultRecord, HandoverFigures, KindFigures,
     Measures, ProducerFigures, Spread,
 };
+pub use headline::HeadlineFigure;
 pub use relay::{BucketQuantiles, Drain, RelayLatency, RelayReport, RelayUsage};
 pub use scenario::{
     AfterRecovery, AttemptLogFigures, BaselineFigures, ClassFigures, Contract, CrashFigures, CrashSection,
@@ -37,6 +39,10 @@ pub use scenario::{
 /// the verdict over every run.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Report {
+    /// The scenario's headline figure (of `figures`), named: what the scenario measures.
+    /// Absent from reports written before it (`remerge` adds it).
+    #[serde(default)]
+    pub headline: HeadlineFigure,
     /// The run's figures, or the medians of the runs' figures, field by field.
     #[serde(flatten)]
     pub figures: RunReport,
@@ -308,6 +314,8 @@ pub mod fixtures {
             expected_deliveries: 10,
             delivered: 10,
             lost: 0,
+            not_delivered: 0,
+            held_at_deadline: None,
             duplicates: 0,
             early_retries: 0,
             invalid_signatures: 0,
@@ -668,6 +676,7 @@ mod tests {
             assert_eq!(to_json(&back).expect("serialises"), json);
         }
         let report = Report {
+            headline: steady().headline_figure(),
             figures: steady(),
             median_of_runs: Some(2),
             runs: vec![steady(), steady()],

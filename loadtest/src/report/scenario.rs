@@ -29,8 +29,17 @@ pub struct Contract {
     pub expected_deliveries: usize,
     /// Distinct (endpoint, event) pairs answered 2xx.
     pub delivered: usize,
-    /// Expected deliveries never answered 2xx. The verdict reads it.
+    /// Expected deliveries never answered 2xx, with nothing left in the pipeline that could
+    /// still deliver them. The verdict reads it.
     pub lost: usize,
+    /// Expected deliveries missing when a phase hit its deadline with records still in the
+    /// pipeline (`held_at_deadline`): not yet delivered, perhaps not lost. The verdict reads it.
+    #[serde(default)]
+    pub not_delivered: usize,
+    /// Records the pipeline still held at the deadlines of the phases that did not drain
+    /// (outbox rows, events and retry-tier records not consumed); absent when all drained.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_at_deadline: Option<i64>,
     /// 2xx answers beyond the first for the same (endpoint, event).
     pub duplicates: usize,
     /// Retries that reached a receiver before the schedule (or Retry-After) allowed. The
@@ -100,6 +109,9 @@ pub struct ClassFigures {
     pub expected_deliveries: usize,
     pub delivered: usize,
     pub lost: usize,
+    /// Missing at a deadline with records still in the pipeline (see `Contract`).
+    #[serde(default)]
+    pub not_delivered: usize,
     pub duplicates: usize,
     pub early_retries: usize,
     /// The first few early retries, to look into.
