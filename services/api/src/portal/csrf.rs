@@ -1,7 +1,7 @@
 //! CSRF protection of every state-changing request: each form carries the session's token (a
 //! hash of the session id, which only the cookie holds), compared in constant time; and when
 //! the browser says where the request came from (`Origin`, `Sec-Fetch-Site`), it must be this
-//! portal. `SameSite=Strict` on the cookie is a third layer, not the only one.
+//! portal (an opaque `Origin: null` counts only with `Sec-Fetch-Site: same-origin`). `SameSite=Strict` on the cookie is a third layer, not the only one.
 
 use axum::body::Bytes;
 use axum::extract::{FromRequest, FromRequestParts, Request};
@@ -29,11 +29,19 @@ struct Token {
     csrf: String,
 }
 
-/// The origin a same-site request names: the portal URL's, or this request's `Host`.
+/// The origin a same-site request names: the portal URL's, or this request's `Host`. Pages
+/// are served with `Referrer-Policy: no-referrer`, under which browsers send `Origin: null` on
+/// form posts: then `Sec-Fetch-Site` (which pages cannot forge) must say same-origin.
 fn origin_ok(state: &AppState, headers: &HeaderMap) -> bool {
     let Some(origin) = headers.get("origin").and_then(|v| v.to_str().ok()) else {
         return true;
     };
+    if origin == "null" {
+        return headers
+            .get("sec-fetch-site")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|s| s == "same-origin");
+    }
     let configured = url::Url::parse(&state.cfg.portal_url)
         .map(|u| u.origin().ascii_serialization())
         .unwrap_or_default();
