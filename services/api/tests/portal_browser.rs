@@ -161,7 +161,7 @@ impl Browser {
                 "binary": chromium,
                 "args": [
                     "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                    "--window-size=1280,1000", "--no-first-run", "--disable-extensions",
+                    "--window-size=1280,1200", "--no-first-run", "--disable-extensions",
                     format!("--user-data-dir={}", profile.path().display()),
                 ],
             }),

@@ -238,11 +238,14 @@ impl FieldErrors {
 fn form_page(s: &Session, title: &str, action: &str, f: &EndpointForm, errors: &FieldErrors) -> Response {
     let field = |id: &str, label: &str, kind: &str, value: &str, hint: &str, required: bool| {
         let err = errors.0.get(id);
-        let described = match (err.is_some(), hint.is_empty()) {
-            (true, _) => Some(format!("{id}-error")),
-            (false, false) => Some(format!("{id}-hint")),
-            _ => None,
-        };
+        let described: Vec<String> = [
+            err.is_some().then(|| format!("{id}-error")),
+            (!hint.is_empty()).then(|| format!("{id}-hint")),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        let described = (!described.is_empty()).then(|| described.join(" "));
         html! {
             div {
                 label for=(id) { (label) }
