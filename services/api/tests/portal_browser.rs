@@ -6,7 +6,8 @@
 //! The scenario of issue 16: open a portal link, add an endpoint (first refused by the SSRF
 //! rule, the error by the field), reveal its secret, send a test event and see it delivered,
 //! break the endpoint and see the failure with the receiver's response body, rotate the secret,
-//! replay the failed delivery and see it delivered (signed with the new secret); an expired or
+//! replay the failed delivery and see it delivered (signed with the new secret), replay the
+//! endpoint's failed deliveries since a time (its dead letters); an expired or
 //! reused link is refused; another tenant's event id gives a 404. A screenshot of each page is
 //! saved to `<target>/portal-screenshots/`.
 //!
@@ -547,6 +548,36 @@ async fn the_portal_works_in_chromium() {
         "the replay arrived signed with the rotated secret: {after:?}"
     );
 
+    // 8. Replay every failed delivery of the endpoint since a time (its dead letter): the
+    //    receiver gets it once more, verified.
+    let before = receiver.got.lock().unwrap().len();
+    browser.goto(&format!("{base}{endpoint_path}")).await;
+    browser
+        .click(&format!("form[action='{endpoint_path}/replay'] button"))
+        .await;
+    let notice = browser
+        .client
+        .wait()
+        .at_most(Duration::from_secs(10))
+        .for_element(Locator::Css("p.notice"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(notice.contains("Replay started"), "{notice}");
+    let start = Instant::now();
+    while !receiver.got.lock().unwrap()[before..]
+        .iter()
+        .any(|(_, verified, status)| *verified && *status == 200)
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the dead letter was not replayed within 60 s"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
     // The list, the chart and the catalogue.
     browser.goto(&format!("{base}/portal")).await;
     let list = browser.source().await;
@@ -561,7 +592,7 @@ async fn the_portal_works_in_chromium() {
     browser.goto(&format!("{base}/portal/deliveries")).await;
     browser.shot("12-delivery-log").await;
 
-    // 8. Another tenant's event id: not found (in the browser, and its status).
+    // 9. Another tenant's event id: not found (in the browser, and its status).
     browser.goto(&format!("{base}/portal/events/{other_msg}")).await;
     assert_eq!(browser.h1().await, "Not found");
     assert!(!browser.source().await.contains("of-other"));
@@ -585,7 +616,7 @@ async fn the_portal_works_in_chromium() {
         .unwrap();
     assert_eq!(r.status(), StatusCode::NOT_FOUND);
 
-    // 9. A reused link, then an expired one, are refused.
+    // 10. A reused link, then an expired one, are refused.
     browser.goto(&login_url).await;
     assert_eq!(browser.h1().await, "Link already used");
     browser.shot("14-link-reused").await;
@@ -618,7 +649,7 @@ async fn the_portal_works_in_chromium() {
         StatusCode::GONE
     );
 
-    // 10. Signing out ends the session.
+    // 11. Signing out ends the session.
     browser.goto(&format!("{base}/portal")).await;
     browser.click("form.logout button").await;
     browser.wait_h1("Signed out").await;
