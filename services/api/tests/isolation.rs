@@ -442,7 +442,11 @@ async fn every_portal_route_refuses_another_tenants_ids() {
             let body = r.text().await.unwrap();
             let names_a = template.contains("{endpoint_id}") || template.contains("{event_id}");
             if names_a {
-                assert_eq!(status, StatusCode::NOT_FOUND, "{method} {template} with A's ids: {body}");
+                assert_eq!(
+                    status,
+                    StatusCode::NOT_FOUND,
+                    "{method} {template} with A's ids: {body}"
+                );
             } else {
                 match *template {
                     // No token: refused.
@@ -453,13 +457,20 @@ async fn every_portal_route_refuses_another_tenants_ids() {
                 }
             }
             for leak in &leaks {
-                assert!(!body.contains(leak.as_str()), "{method} {template} shows A's {leak}: {body}");
+                assert!(
+                    !body.contains(leak.as_str()),
+                    "{method} {template} shows A's {leak}: {body}"
+                );
             }
         }
         // Without a session: 401 (the login and the static files need none).
         if !matches!(*template, "/portal/login" | "/portal/assets/{file}") {
             let r = send(None).await.unwrap();
-            assert_eq!(r.status(), StatusCode::UNAUTHORIZED, "{method} {template} without a session");
+            assert_eq!(
+                r.status(),
+                StatusCode::UNAUTHORIZED,
+                "{method} {template} without a session"
+            );
         }
         checked += 1;
     }

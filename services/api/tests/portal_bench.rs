@@ -29,7 +29,7 @@ const RUNS: usize = 20;
 
 /// 1 % of the events are of a rare type (the event-type filter's worst case: a long scan).
 fn event_type_of(id: &Uuid) -> String {
-    if id.as_bytes()[15] % 100 == 0 {
+    if id.as_bytes()[15].is_multiple_of(100) {
         "invoice.paid".into()
     } else {
         "order.created".into()
@@ -74,7 +74,9 @@ async fn portal_pages_with_100k_events() {
     let fill = Instant::now();
     let now = Utc::now();
     for day in [now - TimeDelta::days(1), now] {
-        attempts::ensure_partition(&env.pool, day.date_naive()).await.unwrap();
+        attempts::ensure_partition(&env.pool, day.date_naive())
+            .await
+            .unwrap();
     }
     let span_ms = 86_000_000i64; // a little under 24 h
     let mut ids = Vec::with_capacity(EVENTS);
@@ -119,13 +121,21 @@ async fn portal_pages_with_100k_events() {
                     trigger: "first".into(),
                     duration_ms: 5 + (i % 200) as i32,
                     status: Some(if failed { 500 } else { 200 }),
-                    outcome: if failed { "permanent".into() } else { "delivered".into() },
+                    outcome: if failed {
+                        "permanent".into()
+                    } else {
+                        "delivered".into()
+                    },
                     error_class: if failed { "http_5xx".into() } else { String::new() },
                     error: String::new(),
                     response_headers: vec![("content-type".into(), "text/plain".into())],
                     response_body: Some(if failed { b"boom".to_vec() } else { b"ok".to_vec() }),
                     response_truncated: false,
-                    next: if failed { "dead_lettered".into() } else { "delivered".into() },
+                    next: if failed {
+                        "dead_lettered".into()
+                    } else {
+                        "delivered".into()
+                    },
                     next_due_at: None,
                     next_tier: None,
                     event_type: Some(event_type_of(id)),
@@ -184,10 +194,16 @@ async fn portal_pages_with_100k_events() {
     let (failed_event, _) = ids[0];
     let pages = vec![
         ("endpoints list", "/portal".to_string()),
-        ("endpoint page (stats + chart)", format!("/portal/endpoints/{}", endpoints[0])),
+        (
+            "endpoint page (stats + chart)",
+            format!("/portal/endpoints/{}", endpoints[0]),
+        ),
         ("delivery log", "/portal/deliveries".to_string()),
         ("delivery log, page 2", older),
-        ("delivery log, failed only", "/portal/deliveries?status=failed".to_string()),
+        (
+            "delivery log, failed only",
+            "/portal/deliveries?status=failed".to_string(),
+        ),
         (
             "delivery log, one endpoint",
             format!("/portal/deliveries?endpoint={}", endpoints[1]),

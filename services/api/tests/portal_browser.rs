@@ -116,16 +116,15 @@ struct Browser {
 impl Browser {
     async fn start() -> Self {
         let (Some(chromium), Some(driver)) = (
-            on_path("chromium")
-                .map(|p| {
-                    // Debian's /usr/bin/chromium is a wrapper script; chromedriver wants the binary.
-                    let real = PathBuf::from("/usr/lib/chromium/chromium");
-                    if real.is_file() {
-                        real
-                    } else {
-                        p
-                    }
-                }),
+            on_path("chromium").map(|p| {
+                // Debian's /usr/bin/chromium is a wrapper script; chromedriver wants the binary.
+                let real = PathBuf::from("/usr/lib/chromium/chromium");
+                if real.is_file() {
+                    real
+                } else {
+                    p
+                }
+            }),
             on_path("chromedriver"),
         ) else {
             panic!(
@@ -150,7 +149,10 @@ impl Browser {
         let http = reqwest::Client::new();
         let up = Instant::now();
         while http.get(format!("{url}/status")).send().await.is_err() {
-            assert!(up.elapsed() < Duration::from_secs(20), "chromedriver did not start");
+            assert!(
+                up.elapsed() < Duration::from_secs(20),
+                "chromedriver did not start"
+            );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         let profile = tempfile::tempdir().unwrap();
@@ -238,7 +240,10 @@ impl Browser {
                     .unwrap();
                 return u;
             }
-            assert!(start.elapsed() < Duration::from_secs(15), "still at {u}, not {prefix}…");
+            assert!(
+                start.elapsed() < Duration::from_secs(15),
+                "still at {u}, not {prefix}…"
+            );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
@@ -345,11 +350,17 @@ async fn the_portal_works_in_chromium() {
         )
         .await;
     let login_url = link["url"].as_str().unwrap().to_string();
-    assert!(login_url.starts_with(&format!("{base}/portal/login?token=")), "{login_url}");
+    assert!(
+        login_url.starts_with(&format!("{base}/portal/login?token=")),
+        "{login_url}"
+    );
     browser.goto(&login_url).await;
     let now_at = browser.client.current_url().await.unwrap();
     assert_eq!(now_at.path(), "/portal");
-    assert!(now_at.query().is_none(), "the token left the address bar: {now_at}");
+    assert!(
+        now_at.query().is_none(),
+        "the token left the address bar: {now_at}"
+    );
     assert_eq!(browser.h1().await, "Endpoints");
     assert!(browser.source().await.contains("Acme Shop"));
     // Keyboard: the first Tab reaches the skip link.
@@ -368,7 +379,9 @@ async fn the_portal_works_in_chromium() {
     // 2. Add an endpoint: an address the SSRF rules refuse is shown by the field; then the
     //    receiver's.
     browser.click("a[href='/portal/endpoints/new']").await;
-    browser.fill("#url", "http://169.254.169.254/latest/meta-data").await;
+    browser
+        .fill("#url", "http://169.254.169.254/latest/meta-data")
+        .await;
     browser.fill("#description", "Order service").await;
     browser.click("form.stack button[type=submit]").await;
     let err = browser
@@ -380,11 +393,7 @@ async fn the_portal_works_in_chromium() {
     if err.is_err() {
         panic!("no error by the URL field:\n{}", browser.source().await);
     }
-    let err = err
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let err = err.unwrap().text().await.unwrap();
     assert!(!err.is_empty(), "an error message");
     assert_eq!(
         browser
@@ -409,7 +418,9 @@ async fn the_portal_works_in_chromium() {
     assert!(browser.source().await.contains("Endpoint created."));
 
     // 3. Reveal the signing secret; the receiver verifies with it.
-    browser.click(&format!("form[action='{endpoint_path}/secret'] button")).await;
+    browser
+        .click(&format!("form[action='{endpoint_path}/secret'] button"))
+        .await;
     let secret = browser
         .client
         .wait()
@@ -433,12 +444,18 @@ async fn the_portal_works_in_chromium() {
         .select_by_value("order.created#0")
         .await
         .unwrap();
-    browser.click(&format!("form[action='{endpoint_path}/test'] button")).await;
+    browser
+        .click(&format!("form[action='{endpoint_path}/test'] button"))
+        .await;
     let first_event = browser.landed("/portal/events/").await;
     assert!(first_event.path().starts_with("/portal/events/"), "{first_event}");
     let first_event_url = format!("{base}{}", first_event.path());
     browser
-        .wait_for(&first_event_url, "class=\"status ok\">delivered", Duration::from_secs(60))
+        .wait_for(
+            &first_event_url,
+            "class=\"status ok\">delivered",
+            Duration::from_secs(60),
+        )
         .await;
     let dest = destinations(&browser).await;
     assert!(dest.contains("delivered"), "{dest}\n{}", browser.source().await);
@@ -465,12 +482,18 @@ async fn the_portal_works_in_chromium() {
         .select_by_value("order.created#0")
         .await
         .unwrap();
-    browser.click(&format!("form[action='{endpoint_path}/test'] button")).await;
+    browser
+        .click(&format!("form[action='{endpoint_path}/test'] button"))
+        .await;
     let failed_event = browser.landed("/portal/events/").await;
     let failed_event_url = format!("{base}{}", failed_event.path());
     let failed_id = failed_event.path().rsplit('/').next().unwrap().to_string();
     let src = browser
-        .wait_for(&failed_event_url, "class=\"status bad\">failed", Duration::from_secs(90))
+        .wait_for(
+            &failed_event_url,
+            "class=\"status bad\">failed",
+            Duration::from_secs(90),
+        )
         .await;
     assert!(src.contains(FAILURE_BODY), "the response body is shown");
     assert!(src.contains("x-receiver"), "the response headers are shown");
@@ -484,7 +507,10 @@ async fn the_portal_works_in_chromium() {
         ))
         .await;
     let log = browser.source().await;
-    assert!(log.contains(&failed_id), "the failed event is in the filtered log");
+    assert!(
+        log.contains(&failed_id),
+        "the failed event is in the filtered log"
+    );
     assert!(!log.contains("class=\"status ok\">delivered"), "only failures");
     browser.shot("06-delivery-log-failed").await;
 
@@ -539,12 +565,18 @@ async fn the_portal_works_in_chromium() {
         .unwrap();
     assert!(replayed.contains("Delivery replayed"), "{replayed}");
     browser
-        .wait_for(&failed_event_url, "class=\"status ok\">delivered", Duration::from_secs(60))
+        .wait_for(
+            &failed_event_url,
+            "class=\"status ok\">delivered",
+            Duration::from_secs(60),
+        )
         .await;
     browser.shot("08-event-replayed").await;
     let after: Vec<(String, bool, u16)> = receiver.got.lock().unwrap()[before..].to_vec();
     assert!(
-        after.iter().any(|(_, verified, status)| *verified && *status == 200),
+        after
+            .iter()
+            .any(|(_, verified, status)| *verified && *status == 200),
         "the replay arrived signed with the rotated secret: {after:?}"
     );
 
@@ -730,7 +762,10 @@ async fn portal_sessions_are_guarded() {
         req.send()
     };
     let form = "url=https%3A%2F%2Fexample.com%2Fhook";
-    assert_eq!(post(form.into(), None).await.unwrap().status(), StatusCode::FORBIDDEN);
+    assert_eq!(
+        post(form.into(), None).await.unwrap().status(),
+        StatusCode::FORBIDDEN
+    );
     assert_eq!(
         post(format!("{form}&csrf={}", "0".repeat(64)), None)
             .await
@@ -791,7 +826,11 @@ async fn portal_sessions_are_guarded() {
     }
     // An unknown link: 401; the API token is not a link.
     let r = http
-        .get(format!("{}/portal/login?token={}", api.base, link["token"].as_str().unwrap()))
+        .get(format!(
+            "{}/portal/login?token={}",
+            api.base,
+            link["token"].as_str().unwrap()
+        ))
         .send()
         .await
         .unwrap();

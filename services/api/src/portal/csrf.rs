@@ -48,12 +48,20 @@ fn origin_ok(state: &AppState, headers: &HeaderMap) -> bool {
     if origin == configured {
         return true;
     }
-    let host = headers.get("host").and_then(|v| v.to_str().ok()).unwrap_or_default();
+    let host = headers
+        .get("host")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
     !host.is_empty() && (origin == format!("http://{host}") || origin == format!("https://{host}"))
 }
 
 /// Checks the origin headers and the form's token against the session's.
-pub fn verify(state: &AppState, session: &Session, headers: &HeaderMap, body: &[u8]) -> Result<(), PortalError> {
+pub fn verify(
+    state: &AppState,
+    session: &Session,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<(), PortalError> {
     if let Some(site) = headers.get("sec-fetch-site").and_then(|v| v.to_str().ok()) {
         if !matches!(site, "same-origin" | "none") {
             return Err(PortalError::Csrf("cross-site request"));

@@ -56,7 +56,8 @@ impl IntoResponse for PortalError {
             PortalError::Link(LinkRefused::Used) => (
                 StatusCode::GONE,
                 "Link already used",
-                "This portal link was already used: each link opens one session. Ask for a new portal link.".into(),
+                "This portal link was already used: each link opens one session. Ask for a new portal link."
+                    .into(),
             ),
             PortalError::Link(LinkRefused::Expired) => (
                 StatusCode::GONE,
@@ -79,7 +80,8 @@ impl IntoResponse for PortalError {
                     "Too many requests",
                     &format!("Slow down: retry in {secs} s."),
                 );
-                r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
+                r.headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from(secs));
                 return r;
             }
             PortalError::BadRequest(m) => (StatusCode::BAD_REQUEST, "Bad request", m),
@@ -87,11 +89,9 @@ impl IntoResponse for PortalError {
                 let status = e.status();
                 let detail = match e {
                     ApiError::NotFound(_) => "There is nothing here (or it is not yours).".to_string(),
-                    ApiError::Validation(items) => items
-                        .iter()
-                        .map(|i| i.msg.clone())
-                        .collect::<Vec<_>>()
-                        .join("; "),
+                    ApiError::Validation(items) => {
+                        items.iter().map(|i| i.msg.clone()).collect::<Vec<_>>().join("; ")
+                    }
                     ApiError::Internal(cause) => {
                         tracing::error!(error = %cause, "internal error answering a portal request");
                         "Something went wrong on our side (it was logged).".into()
@@ -100,7 +100,9 @@ impl IntoResponse for PortalError {
                         tracing::warn!(error = %cause, "a dependency is unavailable (portal)");
                         "A service this page needs is unavailable: retry in a moment.".into()
                     }
-                    ApiError::RateLimited(wait) => format!("Slow down: retry in {} s.", wait.as_secs().max(1)),
+                    ApiError::RateLimited(wait) => {
+                        format!("Slow down: retry in {} s.", wait.as_secs().max(1))
+                    }
                     ApiError::TooLarge(limit) => format!("The form is larger than {limit} bytes."),
                     ApiError::BadRequest(d)
                     | ApiError::Unauthorized(d)

@@ -111,7 +111,13 @@ pub fn csrf_field(session: &Session) -> Markup {
 }
 
 /// A one-button form that posts to `action` (the button can ask to confirm with JavaScript).
-pub fn post_button(session: &Session, action: &str, label: &str, confirm: Option<&str>, class: &str) -> Markup {
+pub fn post_button(
+    session: &Session,
+    action: &str,
+    label: &str,
+    confirm: Option<&str>,
+    class: &str,
+) -> Markup {
     html! {
         form.inline method="post" action=(action) {
             (csrf_field(session))

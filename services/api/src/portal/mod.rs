@@ -75,16 +75,25 @@ pub fn router(state: AppState) -> Router<AppState> {
             get(endpoints::show).post(endpoints::update),
         )
         .route("/portal/endpoints/{endpoint_id}/edit", get(endpoints::edit_form))
-        .route("/portal/endpoints/{endpoint_id}/disable", post(endpoints::disable))
+        .route(
+            "/portal/endpoints/{endpoint_id}/disable",
+            post(endpoints::disable),
+        )
         .route("/portal/endpoints/{endpoint_id}/enable", post(endpoints::enable))
         .route("/portal/endpoints/{endpoint_id}/delete", post(endpoints::delete))
-        .route("/portal/endpoints/{endpoint_id}/secret", post(endpoints::reveal_secret))
+        .route(
+            "/portal/endpoints/{endpoint_id}/secret",
+            post(endpoints::reveal_secret),
+        )
         .route(
             "/portal/endpoints/{endpoint_id}/secret/rotate",
             post(endpoints::rotate_secret),
         )
         .route("/portal/endpoints/{endpoint_id}/test", post(endpoints::send_test))
-        .route("/portal/endpoints/{endpoint_id}/replay", post(endpoints::replay_since))
+        .route(
+            "/portal/endpoints/{endpoint_id}/replay",
+            post(endpoints::replay_since),
+        )
         .route("/portal/event-types", get(event_types::list))
         .route("/portal/deliveries", get(deliveries::list))
         .route("/portal/events/{event_id}", get(deliveries::event))
@@ -103,7 +112,10 @@ async fn security_headers(req: Request, next: Next) -> Response {
     let mut r = next.run(req).await;
     let h = r.headers_mut();
     h.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(CSP));
-    h.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
     h.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
     h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
     h.insert(

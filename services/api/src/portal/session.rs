@@ -94,10 +94,11 @@ impl FromRequestParts<AppState> for Session {
         let grant = portal::find_session(&state.pool, &id)
             .await?
             .ok_or(PortalError::NoSession)?;
-        let tenant_name = applications::find(&state.pool, &AppRef::Id(grant.tenant_id), Some(grant.tenant_id))
-            .await?
-            .map(|a| a.name)
-            .ok_or(PortalError::NoSession)?;
+        let tenant_name =
+            applications::find(&state.pool, &AppRef::Id(grant.tenant_id), Some(grant.tenant_id))
+                .await?
+                .map(|a| a.name)
+                .ok_or(PortalError::NoSession)?;
         Ok(Session {
             tenant: grant.tenant_id,
             tenant_name,

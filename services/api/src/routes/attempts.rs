@@ -441,7 +441,11 @@ pub async fn resend(
 
 /// Sends `msg` again to `ep` (an enabled endpoint of the message's tenant), through the first
 /// retry tier, with the same `webhook-id` (the API's resend and the portal's replay).
-pub(crate) async fn resend_to(state: &AppState, msg: &messages::Message, ep: &ManagedEndpoint) -> ApiResult<()> {
+pub(crate) async fn resend_to(
+    state: &AppState,
+    msg: &messages::Message,
+    ep: &ManagedEndpoint,
+) -> ApiResult<()> {
     if !ep.enabled {
         return Err(ApiError::Conflict(
             "the endpoint is disabled: enable it first".into(),

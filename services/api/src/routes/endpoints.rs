@@ -81,7 +81,10 @@ fn parse_secret(raw: &str, field: &str) -> ApiResult<Secret> {
     Secret::parse(&text).map_err(|e| ApiError::body(field, format!("not a valid secret: {e}")))
 }
 
-pub(crate) async fn fields(state: &AppState, input: EndpointIn) -> ApiResult<(EndpointFields, Option<Secret>)> {
+pub(crate) async fn fields(
+    state: &AppState,
+    input: EndpointIn,
+) -> ApiResult<(EndpointFields, Option<Secret>)> {
     refuse_set(&input.channels, "channels", "channels")?;
     refuse_set(&input.headers, "headers", "custom endpoint headers")?;
     if let Some(uid) = &input.uid {
@@ -439,7 +442,14 @@ pub async fn send_example(
             "the endpoint is disabled: enable it first".into(),
         ));
     }
-    let stored = send_example_to(&state, tenant, &ep, &input.event_type, input.example_index.unwrap_or(0)).await?;
+    let stored = send_example_to(
+        &state,
+        tenant,
+        &ep,
+        &input.event_type,
+        input.example_index.unwrap_or(0),
+    )
+    .await?;
     Ok(axum::Json(super::messages::out(&stored, true)))
 }
 

@@ -63,7 +63,11 @@ fn state_badge(state: &str) -> Markup {
     }
 }
 
-async fn endpoints_of(state: &AppState, tenant: Uuid, ids: impl Iterator<Item = Uuid>) -> PortalResult<HashMap<Uuid, ManagedEndpoint>> {
+async fn endpoints_of(
+    state: &AppState,
+    tenant: Uuid,
+    ids: impl Iterator<Item = Uuid>,
+) -> PortalResult<HashMap<Uuid, ManagedEndpoint>> {
     let mut ids: Vec<Uuid> = ids.collect();
     ids.sort();
     ids.dedup();
@@ -79,7 +83,11 @@ pub async fn list(State(state): State<AppState>, s: Session, RawQuery(raw): RawQ
     let q: LogQuery = query(&raw)?;
     let endpoint = match q.endpoint.as_str() {
         "" => None,
-        e => Some(routes::endpoint_of(&state, s.tenant, &id(e)?.to_string()).await?.id),
+        e => Some(
+            routes::endpoint_of(&state, s.tenant, &id(e)?.to_string())
+                .await?
+                .id,
+        ),
     };
     let filter = AttemptFilter {
         endpoint_id: endpoint,
@@ -208,7 +216,12 @@ pub struct EventQuery {
 }
 
 /// `GET /portal/events/{id}`: 404 unless the event is this tenant's.
-pub async fn event(State(state): State<AppState>, s: Session, Path(raw): Path<String>, RawQuery(q): RawQuery) -> PortalResult {
+pub async fn event(
+    State(state): State<AppState>,
+    s: Session,
+    Path(raw): Path<String>,
+    RawQuery(q): RawQuery,
+) -> PortalResult {
     let q: EventQuery = query(&q)?;
     let event_id = id(&raw)?;
     let msg = messages::get(&state.pool, s.tenant, event_id, true).await?;
@@ -221,9 +234,21 @@ pub async fn event(State(state): State<AppState>, s: Session, Path(raw): Path<St
     if msg.is_none() && statuses.is_empty() && tries.is_empty() {
         return Err(ApiError::not_found("event").into());
     }
-    let eps = endpoints_of(&state, s.tenant, statuses.iter().map(|st| st.endpoint_id).chain(tries.iter().map(|a| a.endpoint_id))).await?;
-    let url = |id: &Uuid| eps.get(id).map_or("(deleted endpoint)".to_string(), |e| e.url.clone());
-    let in_progress = statuses.iter().any(|st| st.state == "retrying") || (statuses.is_empty() && msg.is_some());
+    let eps = endpoints_of(
+        &state,
+        s.tenant,
+        statuses
+            .iter()
+            .map(|st| st.endpoint_id)
+            .chain(tries.iter().map(|a| a.endpoint_id)),
+    )
+    .await?;
+    let url = |id: &Uuid| {
+        eps.get(id)
+            .map_or("(deleted endpoint)".to_string(), |e| e.url.clone())
+    };
+    let in_progress =
+        statuses.iter().any(|st| st.state == "retrying") || (statuses.is_empty() && msg.is_some());
     let event_type = msg
         .as_ref()
         .map(|m| m.event_type.clone())
@@ -293,14 +318,27 @@ pub async fn event(State(state): State<AppState>, s: Session, Path(raw): Path<St
             }
         }
     };
-    Ok(page(&s, Nav::Deliveries, "Event", notice(q.notice.as_deref()), body))
+    Ok(page(
+        &s,
+        Nav::Deliveries,
+        "Event",
+        notice(q.notice.as_deref()),
+        body,
+    ))
 }
 
 /// `POST /portal/events/{id}/resend/{endpoint_id}`: the API's resend of one delivery.
-pub async fn resend(State(state): State<AppState>, Path((raw_event, raw_ep)): Path<(String, String)>, m: Mutation<Empty>) -> PortalResult {
+pub async fn resend(
+    State(state): State<AppState>,
+    Path((raw_event, raw_ep)): Path<(String, String)>,
+    m: Mutation<Empty>,
+) -> PortalResult {
     let s = m.session;
     let msg = routes::messages::message_of(&state, s.tenant, &id(&raw_event)?.to_string(), true).await?;
     let ep = routes::endpoint_of(&state, s.tenant, &id(&raw_ep)?.to_string()).await?;
     routes::attempts::resend_to(&state, &msg, &ep).await?;
-    Ok(see_other(&format!("/portal/events/{}?notice=resent", msg.event_id)))
+    Ok(see_other(&format!(
+        "/portal/events/{}?notice=resent",
+        msg.event_id
+    )))
 }

@@ -18,11 +18,11 @@ use uuid::Uuid;
 use super::{id, notice, parse_time, query};
 use crate::error::ApiError;
 use crate::models::EndpointIn;
+use crate::portal::chart;
 use crate::portal::csrf::Mutation;
 use crate::portal::error::{PortalError, PortalResult};
 use crate::portal::layout::{self, csrf_field, field_error, opt_time, page, post_button, Nav};
 use crate::portal::session::{see_other, Session};
-use crate::portal::chart;
 use crate::routes;
 use crate::AppState;
 
@@ -117,7 +117,13 @@ pub async fn list(State(state): State<AppState>, s: Session, RawQuery(raw): RawQ
             } }
         }
     };
-    Ok(page(&s, Nav::Endpoints, "Endpoints", notice(q.notice.as_deref()), body))
+    Ok(page(
+        &s,
+        Nav::Endpoints,
+        "Endpoints",
+        notice(q.notice.as_deref()),
+        body,
+    ))
 }
 
 /// The add/edit form's fields, as typed.
@@ -169,7 +175,9 @@ impl EndpointForm {
             match v.parse::<i64>() {
                 Ok(n) => Some(n),
                 Err(_) => {
-                    errors.0.insert(field.to_string(), "must be a whole number".into());
+                    errors
+                        .0
+                        .insert(field.to_string(), "must be a whole number".into());
                     None
                 }
             }
@@ -178,7 +186,9 @@ impl EndpointForm {
         let timeout = num("timeout_ms", &self.timeout_ms, &mut errors);
         let cap = num("max_in_flight", &self.max_in_flight, &mut errors);
         if rate.is_some_and(|r| !(1..=i64::from(u16::MAX)).contains(&r)) {
-            errors.0.insert("rate".into(), format!("must be 1 to {}", u16::MAX));
+            errors
+                .0
+                .insert("rate".into(), format!("must be 1 to {}", u16::MAX));
         }
         if !errors.0.is_empty() {
             return Err(errors);
@@ -284,7 +294,13 @@ pub async fn new_form(s: Session) -> PortalResult {
     if s.read_only {
         return Err(PortalError::ReadOnly);
     }
-    Ok(form_page(&s, "Add endpoint", "/portal/endpoints", &EndpointForm::default(), &FieldErrors::default()))
+    Ok(form_page(
+        &s,
+        "Add endpoint",
+        "/portal/endpoints",
+        &EndpointForm::default(),
+        &FieldErrors::default(),
+    ))
 }
 
 /// `POST /portal/endpoints`: the API's create (same checks, same store function).
@@ -296,14 +312,27 @@ pub async fn create(State(state): State<AppState>, m: Mutation<EndpointForm>) ->
     };
     let result = async {
         let (fields, secret) = routes::endpoints::fields(&state, input).await?;
-        endpoint_admin::create(&state.pool, &state.sealer, &state.policy, s.tenant, &fields, secret)
-            .await
-            .map_err(routes::endpoints::stored)
+        endpoint_admin::create(
+            &state.pool,
+            &state.sealer,
+            &state.policy,
+            s.tenant,
+            &fields,
+            secret,
+        )
+        .await
+        .map_err(routes::endpoints::stored)
     }
     .await;
     match result {
         Ok((ep, _)) => Ok(see_other(&format!("/portal/endpoints/{}?notice=created", ep.id))),
-        Err(e) => Ok(form_page(&s, "Add endpoint", "/portal/endpoints", &f, &FieldErrors::from_api(e)?)),
+        Err(e) => Ok(form_page(
+            &s,
+            "Add endpoint",
+            "/portal/endpoints",
+            &f,
+            &FieldErrors::from_api(e)?,
+        )),
     }
 }
 
@@ -328,7 +357,11 @@ pub async fn edit_form(State(state): State<AppState>, s: Session, Path(raw): Pat
 
 /// `POST /portal/endpoints/{id}`: the API's patch. The URL shown is the redacted one: left as
 /// it is, the stored URL (with its secrets) is kept.
-pub async fn update(State(state): State<AppState>, Path(raw): Path<String>, m: Mutation<EndpointForm>) -> PortalResult {
+pub async fn update(
+    State(state): State<AppState>,
+    Path(raw): Path<String>,
+    m: Mutation<EndpointForm>,
+) -> PortalResult {
     let (s, f) = (m.session, m.form);
     let ep = endpoint(&state, &s, &raw).await?;
     let action = format!("/portal/endpoints/{}", ep.id);
@@ -355,7 +388,13 @@ pub async fn update(State(state): State<AppState>, Path(raw): Path<String>, m: M
     .await;
     match result {
         Ok(ep) => Ok(see_other(&format!("/portal/endpoints/{}?notice=saved", ep.id))),
-        Err(e) => Ok(form_page(&s, "Edit endpoint", &action, &f, &FieldErrors::from_api(e)?)),
+        Err(e) => Ok(form_page(
+            &s,
+            "Edit endpoint",
+            &action,
+            &f,
+            &FieldErrors::from_api(e)?,
+        )),
     }
 }
 
@@ -375,15 +414,27 @@ async fn set_disabled(state: &AppState, s: &Session, raw: &str, disabled: bool) 
     Ok(see_other(&format!("/portal/endpoints/{}?notice={code}", ep.id)))
 }
 
-pub async fn disable(State(state): State<AppState>, Path(raw): Path<String>, m: Mutation<Empty>) -> PortalResult {
+pub async fn disable(
+    State(state): State<AppState>,
+    Path(raw): Path<String>,
+    m: Mutation<Empty>,
+) -> PortalResult {
     set_disabled(&state, &m.session, &raw, true).await
 }
 
-pub async fn enable(State(state): State<AppState>, Path(raw): Path<String>, m: Mutation<Empty>) -> PortalResult {
+pub async fn enable(
+    State(state): State<AppState>,
+    Path(raw): Path<String>,
+    m: Mutation<Empty>,
+) -> PortalResult {
     set_disabled(&state, &m.session, &raw, false).await
 }
 
-pub async fn delete(State(state): State<AppState>, Path(raw): Path<String>, m: Mutation<Empty>) -> PortalResult {
+pub async fn delete(
+    State(state): State<AppState>,
+    Path(raw): Path<String>,
+    m: Mutation<Empty>,
+) -> PortalResult {
     let ep = endpoint(&state, &m.session, &raw).await?;
     endpoint_admin::delete(&state.pool, m.session.tenant, ep.id).await?;
     Ok(see_other("/portal?notice=deleted"))
@@ -401,7 +452,12 @@ struct Shown {
 }
 
 /// `GET /portal/endpoints/{id}`.
-pub async fn show(State(state): State<AppState>, s: Session, Path(raw): Path<String>, RawQuery(q): RawQuery) -> PortalResult {
+pub async fn show(
+    State(state): State<AppState>,
+    s: Session,
+    Path(raw): Path<String>,
+    RawQuery(q): RawQuery,
+) -> PortalResult {
     let q: ShowQuery = query(&q)?;
     let ep = endpoint(&state, &s, &raw).await?;
     detail(&state, &s, ep, None, notice(q.notice.as_deref())).await
@@ -532,7 +588,11 @@ async fn detail(
 
 /// `POST /portal/endpoints/{id}/secret`: shows the current secret (a POST, so it is never in a
 /// URL or the history).
-pub async fn reveal_secret(State(state): State<AppState>, Path(raw): Path<String>, m: Mutation<Empty>) -> PortalResult {
+pub async fn reveal_secret(
+    State(state): State<AppState>,
+    Path(raw): Path<String>,
+    m: Mutation<Empty>,
+) -> PortalResult {
     let ep = endpoint(&state, &m.session, &raw).await?;
     let secret = endpoint_admin::current_secret(&state.pool, &state.sealer, ep.id).await?;
     let shown = Shown {
@@ -550,7 +610,11 @@ pub struct RotateForm {
 
 /// `POST /portal/endpoints/{id}/secret/rotate`: a new secret, the old one signing beside it for
 /// the grace period chosen.
-pub async fn rotate_secret(State(state): State<AppState>, Path(raw): Path<String>, m: Mutation<RotateForm>) -> PortalResult {
+pub async fn rotate_secret(
+    State(state): State<AppState>,
+    Path(raw): Path<String>,
+    m: Mutation<RotateForm>,
+) -> PortalResult {
     let ep = endpoint(&state, &m.session, &raw).await?;
     let grace: u64 = m
         .form
@@ -587,7 +651,11 @@ pub struct TestForm {
 
 /// `POST /portal/endpoints/{id}/test`: a catalogue example (the API's send-example) or a
 /// ping, to this endpoint only; then the event's page.
-pub async fn send_test(State(state): State<AppState>, Path(raw): Path<String>, m: Mutation<TestForm>) -> PortalResult {
+pub async fn send_test(
+    State(state): State<AppState>,
+    Path(raw): Path<String>,
+    m: Mutation<TestForm>,
+) -> PortalResult {
     let s = m.session;
     let ep = endpoint(&state, &s, &raw).await?;
     let msg = match m.form.example.rsplit_once('#') {
@@ -617,7 +685,11 @@ pub struct ReplayForm {
 
 /// `POST /portal/endpoints/{id}/replay`: the API's recover (dead letters since a time, not yet
 /// replayed, in the background, rate-limited).
-pub async fn replay_since(State(state): State<AppState>, Path(raw): Path<String>, m: Mutation<ReplayForm>) -> PortalResult {
+pub async fn replay_since(
+    State(state): State<AppState>,
+    Path(raw): Path<String>,
+    m: Mutation<ReplayForm>,
+) -> PortalResult {
     let s = m.session;
     let ep = endpoint(&state, &s, &raw).await?;
     let since = parse_time(&m.form.since)
