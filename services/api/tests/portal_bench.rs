@@ -3,10 +3,11 @@
 //! timing); run it with
 //!
 //! ```text
-//! cargo test -p api --release --test portal_bench -- --ignored --nocapture
+//! cargo test -p api --test portal_bench -- --ignored --nocapture
 //! ```
 //!
-//! It stores 100,000 messages of one tenant over the last 24 hours, one attempt each (spread over
+//! (the test profile: the workspace at opt-level 1, dependencies at 2; `--release` is faster). It
+//! stores 100,000 messages of one tenant over the last 24 hours, one attempt each (spread over
 //! 5 endpoints, 10 % failed with a 500 and a body) through `attempts::insert_many` (so the
 //! per-minute statistics the charts read are filled too), then times every page 20 times from a
 //! client on loopback (wall time of the whole request: an upper bound of the server's time) and
