@@ -836,3 +836,57 @@ async fn portal_sessions_are_guarded() {
         .unwrap();
     assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
 }
+
+/// The per-session request rate (429 with `Retry-After`), and a `Secure` cookie when the
+/// portal is served over https.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn portal_sessions_are_rate_limited_and_secure_over_https() {
+    let env = TestEnv::new(1).await.unwrap();
+    let mut cfg = common::api_config(&env);
+    cfg.api.portal_rate_per_s = 1;
+    cfg.api.portal_rate_burst = 3;
+    cfg.api.portal_url = "https://portal.example.com/portal".into();
+    let api = common::Api::start(cfg).await;
+    api.op(
+        Method::POST,
+        "/api/v1/app",
+        Some(json!({"name": "Acme", "uid": "acme"})),
+    )
+    .await;
+    let (_, link) = api
+        .op(
+            Method::POST,
+            "/api/v1/auth/app-portal-access/acme",
+            Some(json!({})),
+        )
+        .await;
+    let url = link["url"].as_str().unwrap();
+    assert!(
+        url.starts_with("https://portal.example.com/portal/login?token="),
+        "{url}"
+    );
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let path = &url[url.find("/portal/login").unwrap()..];
+    let r = http.get(format!("{}{path}", api.base)).send().await.unwrap();
+    let set = r.headers()["set-cookie"].to_str().unwrap().to_string();
+    assert!(set.contains("; Secure"), "{set}");
+    let cookie = set.split(';').next().unwrap().to_string();
+    let mut statuses = Vec::new();
+    for _ in 0..5 {
+        let r = http
+            .get(format!("{}/portal", api.base))
+            .header("cookie", &cookie)
+            .send()
+            .await
+            .unwrap();
+        if r.status() == StatusCode::TOO_MANY_REQUESTS {
+            assert!(r.headers().contains_key("retry-after"));
+        }
+        statuses.push(r.status().as_u16());
+    }
+    assert_eq!(&statuses[..3], [200, 200, 200], "{statuses:?}");
+    assert!(statuses[3..].contains(&429), "over the burst: {statuses:?}");
+}
