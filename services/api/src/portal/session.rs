@@ -168,8 +168,8 @@ pub async fn logout(
     Ok(r)
 }
 
-/// Sends `r` (a redirect after a change) — pages are 303'd to after a POST so a reload does not
-/// repeat it.
+/// A 303 to `to`: every change answers with one, so reloading the page it lands on does not
+/// repeat the change.
 pub fn see_other(to: &str) -> Response {
     (StatusCode::SEE_OTHER, [(header::LOCATION, to.to_string())]).into_response()
 }
