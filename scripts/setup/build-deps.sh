@@ -5,6 +5,7 @@
 # - cmake, a C/C++ compiler, pkg-config: to build the bundled librdkafka.
 # - Java 17 and Maven: to fetch and run Kafka; curl: used by `make up`.
 # - prometheus (and its promtool): `make up` runs it; `make test` checks and tests the rules.
+# - chromium and chromium-driver: `make test` drives the tenant portal in a real browser.
 set -euo pipefail
 
 missing=()
@@ -21,6 +22,8 @@ python3 -c 'import venv, ensurepip' 2>/dev/null || missing+=(python3-venv)  # th
 command -v npm >/dev/null || missing+=(nodejs npm)  # the Node inbox receiver (examples/inbox-node)
 command -v prometheus >/dev/null || missing+=(prometheus)  # `make up` runs it; promtool checks and tests the alert rules
 command -v buildah >/dev/null || missing+=(buildah)  # scripts/check/image.sh builds and runs the image without Docker
+command -v chromium >/dev/null || missing+=(chromium)  # the tenant portal's browser test (services/api/tests/portal_browser.rs)
+command -v chromedriver >/dev/null || missing+=(chromium-driver)  # drives it through WebDriver
 
 if ((${#missing[@]})); then
   if [[ $EUID -ne 0 ]]; then

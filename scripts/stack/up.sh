@@ -99,6 +99,14 @@ echo
 echo "Delivered to the demo receiver (each signature verified with the endpoint's secret):"
 for id in $ids; do grep "$id" "$STATE_DIR/logs/demo-receiver.log" | sed 's/^/  /'; done
 if grep -q REJECTED "$STATE_DIR/logs/demo-receiver.log"; then die "a delivery failed signature verification"; fi
+
+# A tenant-portal login link for the demo tenant (single-use, valid 10 minutes; the summary
+# shows the curl that makes another).
+demo_tenant=$("$HS" tenant list --json | python3 -c 'import json,sys; print(next(t["id"] for t in json.load(sys.stdin) if t["name"] == "demo"))')
+portal_link=$(curl -fsS -X POST -H "Authorization: Bearer $(cat "$api_token_file")" -H 'content-type: application/json' \
+  -d '{}' "http://127.0.0.1:8080/api/v1/auth/app-portal-access/$demo_tenant" \
+  | python3 -c 'import json,sys; print(json.load(sys.stdin)["url"])') \
+  || die "could not get a portal link for the demo tenant"
 cat <<SUMMARY
 
 Hookstream is running ($(( $(date +%s) - started_at )) s):
@@ -109,11 +117,15 @@ Hookstream is running ($(( $(date +%s) - started_at )) s):
   API             http://127.0.0.1:8080/api/v1  (OpenAPI: /api/v1/openapi.json; operator token in $STATE_DIR/api-operator.token; metrics http://127.0.0.1:9103/metrics)
   Prometheus      http://127.0.0.1:${HOOKSTREAM_PROMETHEUS_PORT:-9090}  (alerts: /alerts; dashboard JSON for Grafana: helm/hookstream/dashboards/hookstream.json)
   demo receiver   http://127.0.0.1:$DEMO_PORT/webhooks  (endpoint $endpoint_id)
+  tenant portal   $portal_link
+                  (the demo tenant's; single-use, opens within 10 minutes; another: the curl below)
   logs            $STATE_DIR/logs
 
 Try:   target/debug/hookstream event publish --tenant demo --type order.shipped --data '{"order_id":1001}'
        tail -f $STATE_DIR/logs/demo-receiver.log
        curl -H "Authorization: Bearer \$(cat $STATE_DIR/api-operator.token)" http://127.0.0.1:8080/api/v1/app
        (the Svix SDKs work too: Svix(token, SvixOptions(server_url="http://127.0.0.1:8080")), see docs/api.md)
+       curl -X POST -d '{}' -H 'content-type: application/json' -H "Authorization: Bearer \$(cat $STATE_DIR/api-operator.token)" \
+         http://127.0.0.1:8080/api/v1/auth/app-portal-access/$demo_tenant   (a new portal link: "url")
 Stop:  make down
 SUMMARY

@@ -41,6 +41,8 @@ pub struct AttemptFilter {
     pub status_class: Option<i32>,
     pub before: Option<DateTime<Utc>>,
     pub after: Option<DateTime<Utc>>,
+    /// Only attempts of this event type (the tenant portal's delivery log filters by it).
+    pub event_type: Option<String>,
 }
 
 /// A page of `tenant`'s attempts, newest first, after `cursor`.
@@ -76,6 +78,9 @@ pub async fn attempts(
             q.push(" AND status / 100 = ").push_bind(c);
         }
         None => {}
+    }
+    if let Some(t) = &f.event_type {
+        q.push(" AND event_type = ").push_bind(t.clone());
     }
     if let Some(b) = f.before {
         q.push(" AND started_at < ").push_bind(b);

@@ -21,6 +21,7 @@ pub mod filter;
 pub mod limits;
 pub mod messages;
 pub mod outbox;
+pub mod portal;
 pub mod sealing;
 pub mod subscriptions;
 pub mod tenants;

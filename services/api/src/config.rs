@@ -54,10 +54,19 @@ pub struct ApiSettings {
     pub key_cache_ms: u64,
     /// Deliveries per second of a recovery (`endpoint/{id}/recover`) or a dead-letter replay.
     pub recover_rate_per_s: f64,
-    /// Where the app portal is served; `app-portal-access` answers `<portal_url>#key=<token>`.
+    /// Where the tenant portal is served (this service's `/portal`, as browsers reach it);
+    /// `app-portal-access` answers `<portal_url>/login?token=<single-use link token>`. An
+    /// https URL makes the session cookie `Secure`.
     pub portal_url: String,
-    /// Lifetime of an app-portal token when the request names none.
+    /// Lifetime of an app-portal API token (`hsp_…`) when the request names none.
     pub portal_token_ttl_s: u64,
+    /// Lifetime of a portal login link: it starts a session once, within this time.
+    pub portal_link_ttl_s: u64,
+    /// Lifetime of a portal session (the browser's cookie), from its login.
+    pub portal_session_ttl_s: u64,
+    /// Portal requests per second per session (0: no limit), and the burst above it.
+    pub portal_rate_per_s: u32,
+    pub portal_rate_burst: u32,
     /// Origins allowed to call the API from a browser (CORS). Empty: CORS off.
     pub cors_allowed_origins: Vec<String>,
     /// How long SIGTERM waits for requests and background recoveries in flight.
@@ -81,6 +90,10 @@ impl Default for ApiSettings {
             recover_rate_per_s: hookstream_replay::DEFAULT_RATE_PER_S,
             portal_url: "http://127.0.0.1:8080/portal".into(),
             portal_token_ttl_s: 7 * 86_400,
+            portal_link_ttl_s: 600,
+            portal_session_ttl_s: 8 * 3_600,
+            portal_rate_per_s: 20,
+            portal_rate_burst: 60,
             cors_allowed_origins: Vec::new(),
             shutdown_grace_ms: 10_000,
         }
@@ -142,10 +155,15 @@ impl Validate for ApiSettings {
             ("api.message_writers", self.message_writers as u64),
             ("api.message_batch_rows", self.message_batch_rows as u64),
             ("api.portal_token_ttl_s", self.portal_token_ttl_s),
+            ("api.portal_link_ttl_s", self.portal_link_ttl_s),
+            ("api.portal_session_ttl_s", self.portal_session_ttl_s),
         ] {
             if value == 0 {
                 return err(format!("{key} must be at least 1"));
             }
+        }
+        if self.portal_rate_per_s > 0 && self.portal_rate_burst == 0 {
+            return err("api.portal_rate_burst must be at least 1 when a rate is set".into());
         }
         if self.message_batch_rows > 1000 {
             return err("api.message_batch_rows must be at most 1000".into());
@@ -217,6 +235,8 @@ mod tests {
             ("[api]\nmessage_writers = 0\n", "api.message_writers"),
             ("[api]\nmessage_batch_rows = 5000\n", "api.message_batch_rows"),
             ("[api]\nportal_url = \"ftp://x\"\n", "api.portal_url"),
+            ("[api]\nportal_link_ttl_s = 0\n", "api.portal_link_ttl_s"),
+            ("[api]\nportal_session_ttl_s = 0\n", "api.portal_session_ttl_s"),
             ("[api.rate_limit]\nburst = 0\n", "api.rate_limit.burst"),
             (
                 "[api]\ncors_allowed_origins = [\"*\"]\n",

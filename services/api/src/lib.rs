@@ -6,8 +6,8 @@
 //! `run` serves it until shutdown. Requests are authenticated and scoped to a tenant
 //! (`auth.rs`); message creates are written in groups (`writer.rs`); the OpenAPI document is
 //! generated from the handlers (`routes/`, utoipa) and served at `/api/v1/openapi.json`; the
-//! message store's day partitions are kept by a maintenance task (`maintenance.rs`). Every
-//! long-running task is supervised.
+//! message store's day partitions are kept by a maintenance task (`maintenance.rs`). The
+//! tenant portal (`portal/`) is served under `/portal`. Every long-running task is supervised.
 
 #![forbid(unsafe_code)]
 
@@ -19,6 +19,7 @@ mod maintenance;
 pub mod metrics;
 pub mod models;
 pub mod page;
+pub mod portal;
 mod routes;
 mod writer;
 
@@ -88,6 +89,8 @@ pub struct AppState {
     pub(crate) replayer: Option<Arc<Replayer>>,
     /// Background recoveries and replays, awaited (up to the grace period) at shutdown.
     pub(crate) tasks: TaskTracker,
+    /// The tenant portal's per-session request rates.
+    pub(crate) portal: Arc<portal::PortalState>,
 }
 
 /// Binds `cfg.api.listen` (for `main`; tests bind port 0 themselves).
@@ -148,6 +151,7 @@ pub async fn run(
         writer,
         replayer,
         tasks: tasks.clone(),
+        portal: Arc::new(portal::PortalState::new(&cfg.api)),
     };
 
     let mut supervisor = Supervisor::new(health.clone(), shutdown.clone(), grace * 2);
@@ -200,6 +204,7 @@ pub fn router(state: AppState, body_limit: usize, cfg: &ApiSettings) -> Result<R
                 async move { axum::Json(doc.as_ref().clone()) }
             }),
         )
+        .merge(portal::router(state.clone()))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::middleware::from_fn_with_state(state.clone(), track))

@@ -2,7 +2,8 @@
 //! days ahead, and drops the days older than `api.message_retention_days`, every
 //! `api.maintenance_interval_ms` (and at start). A round that fails is logged and tried again
 //! at the next one: producers never depend on it (rows of a day without a partition land in the
-//! default partition).
+//! default partition). Each round also deletes the tenant portal's login links and sessions
+//! that expired more than a day ago.
 
 use std::time::Duration;
 
@@ -40,6 +41,10 @@ async fn round(pool: &PgPool, cfg: &ApiSettings) -> Result<(), hookstream_store:
     let dropped = messages::drop_partitions_before(pool, cutoff).await?;
     if !dropped.is_empty() {
         tracing::info!(partitions = ?dropped, "message partitions: dropped past retention");
+    }
+    let pruned = hookstream_store::portal::prune(pool, Utc::now() - chrono::Duration::days(1)).await?;
+    if pruned > 0 {
+        tracing::info!(rows = pruned, "portal: expired links and sessions deleted");
     }
     Ok(())
 }

@@ -637,8 +637,8 @@ pub struct AppPortalAccessIn {
 
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct AppPortalAccessOut {
-    /// The portal, with the token in the fragment (`#key=`), which browsers do not send to
-    /// servers.
+    /// A login link to the tenant portal (`<portal_url>/login?token=…`): it starts a browser
+    /// session once, within `api.portal_link_ttl_s` (10 minutes by default).
     pub url: String,
     /// A tenant-scoped key for this application (`hsp_…`), expiring.
     pub token: String,

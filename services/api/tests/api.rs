@@ -764,7 +764,11 @@ async fn tenant_keys_see_only_their_tenant_and_read_only_keys_only_read() {
         .await;
     assert_eq!(s, StatusCode::OK, "{portal}");
     let pt = portal["token"].as_str().unwrap();
-    assert!(portal["url"].as_str().unwrap().ends_with(&format!("#key={pt}")));
+    let url = portal["url"].as_str().unwrap();
+    assert!(
+        url.contains("/portal/login?token=") && !url.contains(pt),
+        "a single-use login link, not the API token: {url}"
+    );
     assert_eq!(
         api.call(Some(pt), Method::GET, &format!("/api/v1/app/{a}"), None)
             .await

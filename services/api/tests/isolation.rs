@@ -314,3 +314,191 @@ fn the_committed_openapi_document_is_what_the_code_generates() {
         assert!(value["paths"].get(path).is_some(), "{path} documented");
     }
 }
+
+/// The portal's routes (`api::portal::ROUTES`, every one of them): with tenant B's session,
+/// tenant A's ids are 404 and nothing of A shows or changes; without a session, 401.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_portal_route_refuses_another_tenants_ids() {
+    let env = TestEnv::new(1).await.unwrap();
+    let api = Api::start(common::api_config(&env)).await;
+    let (_, a) = api
+        .op(
+            Method::POST,
+            "/api/v1/app",
+            Some(json!({"name": "victim", "uid": "victim"})),
+        )
+        .await;
+    let a_id: Uuid = a["id"].as_str().unwrap().parse().unwrap();
+    let (_, ep) = api
+        .op(
+            Method::POST,
+            "/api/v1/app/victim/endpoint",
+            Some(json!({"url": "https://example.com/a"})),
+        )
+        .await;
+    let ep_id: Uuid = ep["id"].as_str().unwrap().parse().unwrap();
+    let (_, secret) = api
+        .op(
+            Method::GET,
+            &format!("/api/v1/app/victim/endpoint/{ep_id}/secret"),
+            None,
+        )
+        .await;
+    let (_, msg) = api
+        .op(
+            Method::POST,
+            "/api/v1/app/victim/msg",
+            Some(json!({"eventType": "order.created", "payload": {"secret": "of-a"}})),
+        )
+        .await;
+    let msg_id: Uuid = msg["id"].as_str().unwrap().parse().unwrap();
+    let started_at = Utc::now();
+    attempts::ensure_partition(&env.pool, started_at.date_naive())
+        .await
+        .unwrap();
+    attempts::insert_many(
+        &env.pool,
+        &[NewAttempt {
+            started_at,
+            event_id: msg_id,
+            endpoint_id: ep_id,
+            attempt: 1,
+            tenant_id: a_id,
+            trigger: "first".into(),
+            duration_ms: 5,
+            status: Some(500),
+            outcome: "dead_lettered".into(),
+            error_class: "http_5xx".into(),
+            error: String::new(),
+            response_headers: vec![],
+            response_body: Some(b"a's answer".to_vec()),
+            response_truncated: false,
+            next: "dead_lettered".into(),
+            next_due_at: None,
+            next_tier: None,
+            event_type: Some("order.created".into()),
+            aggregate_id: None,
+            payload_bytes: None,
+            committed_at: None,
+            relayed_at: None,
+        }],
+    )
+    .await
+    .unwrap();
+    api.op(
+        Method::POST,
+        "/api/v1/app",
+        Some(json!({"name": "attacker", "uid": "attacker"})),
+    )
+    .await;
+    let (b_cookie, csrf) = common::portal_session(&api, "attacker", false).await;
+
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let leaks = [
+        a_id.to_string(),
+        "victim".to_string(),
+        ep_id.to_string(),
+        msg_id.to_string(),
+        "of-a".to_string(),
+        "a's answer".to_string(),
+        "example.com/a".to_string(),
+    ];
+    let form_for = |template: &str| -> String {
+        let extra = match template {
+            "/portal/endpoints" | "/portal/endpoints/{endpoint_id}" => "&url=https%3A%2F%2Fexample.com%2Fb",
+            "/portal/endpoints/{endpoint_id}/test" => "&example=ping",
+            "/portal/endpoints/{endpoint_id}/replay" => "&since=2020-01-01T00%3A00",
+            "/portal/endpoints/{endpoint_id}/secret/rotate" => "&grace_s=0",
+            _ => "",
+        };
+        format!("csrf={csrf}{extra}")
+    };
+    let mut checked = 0;
+    for (method, template) in api::portal::ROUTES {
+        let path = template
+            .replace("{endpoint_id}", &ep_id.to_string())
+            .replace("{event_id}", &msg_id.to_string())
+            .replace("{file}", "portal.css");
+        let send = |cookie: Option<&str>| {
+            let mut req = match *method {
+                "GET" => http.get(format!("{}{path}", api.base)),
+                _ => http
+                    .post(format!("{}{path}", api.base))
+                    .header("content-type", "application/x-www-form-urlencoded")
+                    .body(form_for(template)),
+            };
+            if let Some(c) = cookie {
+                req = req.header("cookie", c);
+            }
+            req.send()
+        };
+        // Logout would end B's session: it is checked last, below.
+        if *template != "/portal/logout" {
+            let r = send(Some(&b_cookie)).await.unwrap();
+            let status = r.status();
+            let body = r.text().await.unwrap();
+            let names_a = template.contains("{endpoint_id}") || template.contains("{event_id}");
+            if names_a {
+                assert_eq!(
+                    status,
+                    StatusCode::NOT_FOUND,
+                    "{method} {template} with A's ids: {body}"
+                );
+            } else {
+                match *template {
+                    // No token: refused.
+                    "/portal/login" => assert_eq!(status, StatusCode::UNAUTHORIZED, "{template}"),
+                    // B's own new endpoint.
+                    "/portal/endpoints" => assert_eq!(status, StatusCode::SEE_OTHER, "{template}: {body}"),
+                    _ => assert!(status.is_success(), "{method} {template}: {status} {body}"),
+                }
+            }
+            for leak in &leaks {
+                assert!(
+                    !body.contains(leak.as_str()),
+                    "{method} {template} shows A's {leak}: {body}"
+                );
+            }
+        }
+        // Without a session: 401 (the login and the static files need none).
+        if !matches!(*template, "/portal/login" | "/portal/assets/{file}") {
+            let r = send(None).await.unwrap();
+            assert_eq!(
+                r.status(),
+                StatusCode::UNAUTHORIZED,
+                "{method} {template} without a session"
+            );
+        }
+        checked += 1;
+    }
+    let r = http
+        .post(format!("{}/portal/logout", api.base))
+        .header("cookie", &b_cookie)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(format!("csrf={csrf}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(checked, api::portal::ROUTES.len());
+
+    // Nothing of A changed: its endpoint is enabled, with its URL and secret.
+    let (s, still) = api
+        .op(Method::GET, &format!("/api/v1/app/victim/endpoint/{ep_id}"), None)
+        .await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(still["disabled"], json!(false));
+    assert_eq!(still["url"], json!("https://example.com/a"));
+    let (_, secret_now) = api
+        .op(
+            Method::GET,
+            &format!("/api/v1/app/victim/endpoint/{ep_id}/secret"),
+            None,
+        )
+        .await;
+    assert_eq!(secret_now, secret);
+    println!("{checked} portal routes checked");
+}

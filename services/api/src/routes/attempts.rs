@@ -435,6 +435,17 @@ pub async fn resend(
     let tenant = tenant_of(&state, &who, &app_id).await?;
     let msg = message_of(&state, tenant, &msg_id, true).await?;
     let ep = endpoint_of(&state, tenant, &endpoint_id).await?;
+    resend_to(&state, &msg, &ep).await?;
+    Ok((StatusCode::ACCEPTED, axum::Json(serde_json::json!({}))))
+}
+
+/// Sends `msg` again to `ep` (an enabled endpoint of the message's tenant), through the first
+/// retry tier, with the same `webhook-id` (the API's resend and the portal's replay).
+pub(crate) async fn resend_to(
+    state: &AppState,
+    msg: &messages::Message,
+    ep: &ManagedEndpoint,
+) -> ApiResult<()> {
     if !ep.enabled {
         return Err(ApiError::Conflict(
             "the endpoint is disabled: enable it first".into(),
@@ -444,8 +455,8 @@ pub async fn resend(
         .replayer
         .clone()
         .ok_or_else(|| ApiError::Unavailable("retries are disabled: resends cannot be delivered".into()))?;
-    replayer.send_event(envelope(&msg), ep.id, None).await?;
-    Ok((StatusCode::ACCEPTED, axum::Json(serde_json::json!({}))))
+    replayer.send_event(envelope(msg), ep.id, None).await?;
+    Ok(())
 }
 
 #[cfg(test)]

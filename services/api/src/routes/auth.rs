@@ -1,5 +1,6 @@
-//! App-portal access: a short-lived tenant-scoped token (`hsp_…`) and the portal URL that
-//! carries it, for the portal (issue 16) to call this API with; and logout of such a token.
+//! App-portal access: a tenant-scoped API token (`hsp_…`, Svix's `token`) and a login link to
+//! the tenant portal (`portal/`): `<portal_url>/login?token=…`, short-lived
+//! (`api.portal_link_ttl_s`) and single-use; and logout of such a token.
 
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -55,19 +56,25 @@ pub async fn app_portal_access(
     }
     // A read-only caller can only hand out read-only access.
     let caller_read_only = matches!(who, Principal::Tenant { read_only: true, .. });
+    let read_only = input.read_only.unwrap_or(false) || caller_read_only;
     let (_, token) = api_keys::create(
         &state.pool,
         &NewKey {
             tenant_id: tenant,
             kind: KeyKind::Portal,
             name: input.session_id.unwrap_or_default().chars().take(200).collect(),
-            read_only: input.read_only.unwrap_or(false) || caller_read_only,
+            read_only,
             expires_at: Some(Utc::now() + chrono::Duration::seconds(expiry as i64)),
         },
     )
     .await?;
+    let link_expiry = Utc::now() + chrono::Duration::seconds(state.cfg.portal_link_ttl_s as i64);
+    let link = hookstream_store::portal::create_link(&state.pool, tenant, read_only, link_expiry).await?;
     Ok(axum::Json(AppPortalAccessOut {
-        url: format!("{}#key={token}", state.cfg.portal_url),
+        url: format!(
+            "{}/login?token={link}",
+            state.cfg.portal_url.trim_end_matches('/')
+        ),
         token,
     }))
 }

@@ -49,7 +49,7 @@ pub(crate) fn out(e: ManagedEndpoint) -> EndpointOut {
 }
 
 /// Maps a store refusal to the field it is about.
-fn stored(e: StoreError) -> ApiError {
+pub(crate) fn stored(e: StoreError) -> ApiError {
     match e {
         StoreError::Invalid(m) => {
             let field = if m.contains("filter") {
@@ -81,7 +81,10 @@ fn parse_secret(raw: &str, field: &str) -> ApiResult<Secret> {
     Secret::parse(&text).map_err(|e| ApiError::body(field, format!("not a valid secret: {e}")))
 }
 
-async fn fields(state: &AppState, input: EndpointIn) -> ApiResult<(EndpointFields, Option<Secret>)> {
+pub(crate) async fn fields(
+    state: &AppState,
+    input: EndpointIn,
+) -> ApiResult<(EndpointFields, Option<Secret>)> {
     refuse_set(&input.channels, "channels", "channels")?;
     refuse_set(&input.headers, "headers", "custom endpoint headers")?;
     if let Some(uid) = &input.uid {
@@ -439,10 +442,29 @@ pub async fn send_example(
             "the endpoint is disabled: enable it first".into(),
         ));
     }
-    let et = event_types::get(&state.pool, &input.event_type)
+    let stored = send_example_to(
+        &state,
+        tenant,
+        &ep,
+        &input.event_type,
+        input.example_index.unwrap_or(0),
+    )
+    .await?;
+    Ok(axum::Json(super::messages::out(&stored, true)))
+}
+
+/// Sends the event type's example #`index` (`schemas["1"].examples`) to `ep` only, as a new
+/// message (the API's send-example and the portal's test event).
+pub(crate) async fn send_example_to(
+    state: &AppState,
+    tenant: Uuid,
+    ep: &ManagedEndpoint,
+    event_type: &str,
+    index: usize,
+) -> ApiResult<messages::Message> {
+    let et = event_types::get(&state.pool, event_type)
         .await?
         .ok_or_else(|| ApiError::body("eventType", "not in the event-type catalogue"))?;
-    let index = input.example_index.unwrap_or(0);
     let example = et
         .schemas
         .as_ref()
@@ -456,16 +478,32 @@ pub async fn send_example(
                 format!("the event type has no example object #{index} in schemas[\"1\"].examples"),
             )
         })?;
+    send_to(state, tenant, ep, &et.name, example.to_string()).await
+}
+
+/// Stores a new message of `tenant` and sends it to `ep` only (whatever its filter), through
+/// the first retry tier.
+pub(crate) async fn send_to(
+    state: &AppState,
+    tenant: Uuid,
+    ep: &ManagedEndpoint,
+    event_type: &str,
+    payload: String,
+) -> ApiResult<messages::Message> {
+    if !ep.enabled {
+        return Err(ApiError::Conflict(
+            "the endpoint is disabled: enable it first".into(),
+        ));
+    }
     let replayer = state
         .replayer
         .clone()
         .ok_or_else(|| ApiError::Unavailable("retries are disabled: examples cannot be delivered".into()))?;
-    let payload = example.to_string();
     let id = Uuid::now_v7();
     let new = messages::NewMessage {
         tenant_id: tenant,
-        event_type: et.name.clone(),
-        payload: payload.clone(),
+        event_type: event_type.to_string(),
+        payload,
         ..Default::default()
     };
     messages::insert(&state.pool, id, &new).await?;
@@ -473,9 +511,10 @@ pub async fn send_example(
     let stored = messages::get(&state.pool, tenant, id, true)
         .await?
         .ok_or_else(|| ApiError::Internal("the example message vanished".into()))?;
-    let envelope = super::messages::envelope(&stored);
-    replayer.send_event(envelope, ep.id, None).await?;
-    Ok(axum::Json(super::messages::out(&stored, true)))
+    replayer
+        .send_event(super::messages::envelope(&stored), ep.id, None)
+        .await?;
+    Ok(stored)
 }
 
 /// Get the endpoint's custom headers

@@ -1,14 +1,14 @@
 //! The routes, each a handler with its `#[utoipa::path]`: the router and the OpenAPI document
 //! are built from the same list (`build`), so neither can have a route the other lacks.
 
-mod apps;
-mod attempts;
-mod auth;
-mod endpoints;
-mod event_types;
-mod extensions;
-mod health;
-mod messages;
+pub(crate) mod apps;
+pub(crate) mod attempts;
+pub(crate) mod auth;
+pub(crate) mod endpoints;
+pub(crate) mod event_types;
+pub(crate) mod extensions;
+pub(crate) mod health;
+pub(crate) mod messages;
 
 use std::collections::BTreeMap;
 

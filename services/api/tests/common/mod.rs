@@ -51,6 +51,11 @@ pub struct Api {
 impl Api {
     pub async fn start(cfg: api::Config) -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        Self::start_on(cfg, listener).await
+    }
+
+    /// The API on a listener bound beforehand (to put its address in `api.portal_url`).
+    pub async fn start_on(cfg: api::Config, listener: tokio::net::TcpListener) -> Self {
         let base = format!("http://{}", listener.local_addr().unwrap());
         let stop = CancellationToken::new();
         let registry = prometheus::Registry::new();
@@ -169,4 +174,53 @@ pub async fn tenant_key(env: &TestEnv, tenant: uuid::Uuid, read_only: bool) -> S
     .await
     .unwrap()
     .1
+}
+
+/// A portal session for `app` (by id or uid), as a browser gets one: a link from
+/// `app-portal-access`, opened once. Returns the cookie (`hs_portal=…`) and the CSRF token of
+/// its forms.
+pub async fn portal_session(api: &Api, app: &str, read_only: bool) -> (String, String) {
+    let (s, link) = api
+        .op(
+            Method::POST,
+            &format!("/api/v1/auth/app-portal-access/{app}"),
+            Some(serde_json::json!({"readOnly": read_only})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{link}");
+    let url = link["url"].as_str().unwrap();
+    let path = &url[url.find("/portal/login").expect("a portal login link")..];
+    let client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let r = client.get(format!("{}{path}", api.base)).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    let cookie = r
+        .headers()
+        .get("set-cookie")
+        .expect("a session cookie")
+        .to_str()
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_string();
+    let page = client
+        .get(format!("{}/portal", api.base))
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    (cookie, csrf_of(&page))
+}
+
+/// The CSRF token in a portal page's forms.
+pub fn csrf_of(page: &str) -> String {
+    let needle = "name=\"csrf\" value=\"";
+    let at = page.find(needle).expect("a form with a csrf field") + needle.len();
+    page[at..at + 64].to_string()
 }

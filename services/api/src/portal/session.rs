@@ -1,0 +1,175 @@
+//! Portal sessions. A login link (`GET /portal/login?token=…`, from `app-portal-access`) is
+//! consumed once, in one conditional UPDATE, and becomes a session: a random id in a cookie
+//! (`HttpOnly`, `SameSite=Strict`, `Path=/portal`, `Secure` over TLS or when `portal_url` is
+//! https), whose SHA-256 is stored with the tenant, the read-only flag and the expiry
+//! (`api.portal_session_ttl_s`). The login answers 303 to `/portal`, so the token leaves the
+//! address bar (and `Referrer-Policy: no-referrer` keeps it out of any Referer).
+//!
+//! `Session` is the extractor every page takes: the cookie's live session, its tenant (the
+//! scope of every query) and its request rate (governor, per session).
+
+use std::num::NonZeroU32;
+
+use axum::extract::{FromRequestParts, RawQuery, State};
+use axum::http::request::Parts;
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use chrono::Utc;
+use governor::clock::{Clock, DefaultClock};
+use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
+use hookstream_store::applications::{self, AppRef};
+use hookstream_store::portal;
+use uuid::Uuid;
+
+use super::csrf;
+use super::error::{PortalError, PortalResult};
+use crate::config::ApiSettings;
+use crate::AppState;
+
+/// The session cookie's name.
+pub const COOKIE: &str = "hs_portal";
+
+/// What the portal keeps in memory: the per-session request rate.
+pub struct PortalState {
+    limiter: Option<DefaultKeyedRateLimiter<[u8; 32]>>,
+}
+
+impl PortalState {
+    pub fn new(cfg: &ApiSettings) -> Self {
+        let limiter = NonZeroU32::new(cfg.portal_rate_per_s).map(|rate| {
+            let burst = NonZeroU32::new(cfg.portal_rate_burst).unwrap_or(rate);
+            RateLimiter::keyed(Quota::per_second(rate).allow_burst(burst))
+        });
+        Self { limiter }
+    }
+
+    fn admit(&self, key: &[u8; 32]) -> Result<(), PortalError> {
+        let Some(l) = &self.limiter else { return Ok(()) };
+        l.check_key(key).map_err(|not_until| {
+            let wait = not_until.wait_time_from(DefaultClock::default().now());
+            PortalError::RateLimited(wait.as_secs_f64().ceil().max(1.0) as u64)
+        })
+    }
+
+    /// Forgets the rate state of idle sessions.
+    fn tidy(&self) {
+        if let Some(l) = &self.limiter {
+            l.retain_recent();
+        }
+    }
+}
+
+/// A live portal session.
+#[derive(Debug, Clone)]
+pub struct Session {
+    /// The tenant every query is scoped to.
+    pub tenant: Uuid,
+    pub tenant_name: String,
+    pub read_only: bool,
+    /// This session's CSRF token (in every form).
+    pub csrf: String,
+    /// The cookie's value (to end the session at logout; never logged).
+    id: String,
+}
+
+/// The session id in the request's cookies.
+fn cookie_value(headers: &HeaderMap) -> Option<String> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(name, _)| *name == COOKIE)
+        .map(|(_, value)| value.trim().to_string())
+        .filter(|v| !v.is_empty() && v.len() <= 128)
+}
+
+impl FromRequestParts<AppState> for Session {
+    type Rejection = PortalError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
+        let id = cookie_value(&parts.headers).ok_or(PortalError::NoSession)?;
+        state.portal.admit(&portal::hash(&id))?;
+        let grant = portal::find_session(&state.pool, &id)
+            .await?
+            .ok_or(PortalError::NoSession)?;
+        let tenant_name =
+            applications::find(&state.pool, &AppRef::Id(grant.tenant_id), Some(grant.tenant_id))
+                .await?
+                .map(|a| a.name)
+                .ok_or(PortalError::NoSession)?;
+        Ok(Session {
+            tenant: grant.tenant_id,
+            tenant_name,
+            read_only: grant.read_only,
+            csrf: csrf::token_for(&id),
+            id,
+        })
+    }
+}
+
+/// Whether the session cookie must be `Secure`: the portal is https, or the request came over
+/// TLS (a proxy in front says so).
+fn secure(state: &AppState, headers: &HeaderMap) -> bool {
+    state.cfg.portal_url.starts_with("https://")
+        || headers
+            .get("x-forwarded-proto")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.eq_ignore_ascii_case("https"))
+}
+
+/// `GET /portal/login?token=…`: consumes the link, starts a session, 303 to `/portal`.
+pub async fn login(State(state): State<AppState>, headers: HeaderMap, RawQuery(q): RawQuery) -> PortalResult {
+    let token = form_urlencoded::parse(q.unwrap_or_default().as_bytes())
+        .find(|(k, _)| k == "token")
+        .map(|(_, v)| v.into_owned())
+        .filter(|t| !t.is_empty() && t.len() <= 128)
+        .ok_or(PortalError::Link(portal::LinkRefused::Unknown))?;
+    let grant = portal::consume_link(&state.pool, &token)
+        .await?
+        .map_err(PortalError::Link)?;
+    let ttl = chrono::Duration::seconds(state.cfg.portal_session_ttl_s as i64);
+    let expires_at = Utc::now() + ttl;
+    let id = portal::create_session(&state.pool, grant.tenant_id, grant.read_only, expires_at).await?;
+    state.portal.tidy();
+    tracing::info!(tenant = %grant.tenant_id, read_only = grant.read_only, "portal session started");
+    let cookie = format!(
+        "{COOKIE}={id}; Path=/portal; HttpOnly; SameSite=Strict; Max-Age={}{}",
+        state.cfg.portal_session_ttl_s,
+        if secure(&state, &headers) { "; Secure" } else { "" }
+    );
+    let mut r = (StatusCode::SEE_OTHER, [(header::LOCATION, "/portal")]).into_response();
+    r.headers_mut().insert(
+        header::SET_COOKIE,
+        HeaderValue::from_str(&cookie).map_err(|_| PortalError::BadRequest("bad cookie".into()))?,
+    );
+    Ok(r)
+}
+
+/// `POST /portal/logout`: ends the session (read-only sessions may too) and clears the cookie.
+pub async fn logout(
+    State(state): State<AppState>,
+    session: Session,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> PortalResult {
+    csrf::verify(&state, &session, &headers, &body)?;
+    portal::end_session(&state.pool, &session.id).await?;
+    let mut r = super::layout::message_page(
+        StatusCode::OK,
+        "Signed out",
+        "You are signed out of the portal. Open a new portal link to come back.",
+    );
+    r.headers_mut().insert(
+        header::SET_COOKIE,
+        HeaderValue::from_static("hs_portal=; Path=/portal; HttpOnly; SameSite=Strict; Max-Age=0"),
+    );
+    Ok(r)
+}
+
+/// A 303 to `to`: every change answers with one, so reloading the page it lands on does not
+/// repeat the change.
+pub fn see_other(to: &str) -> Response {
+    (StatusCode::SEE_OTHER, [(header::LOCATION, to.to_string())]).into_response()
+}
