@@ -1231,7 +1231,10 @@ mod tests {
             label: "p".into(),
             events: 3,
             classes: vec![Class::new("fast", Kind::Http(Behaviour::Ok), 1, true)],
-            received: vec![vec![vec![got("a", 1, 10.0, 204, 0.0), got("b", 1, 20.0, 204, 0.0)]]],
+            received: vec![vec![vec![
+                got("a", 1, 10.0, 204, 0.0),
+                got("b", 1, 20.0, 204, 0.0),
+            ]]],
             recovered_at_ms: vec![None],
             started_ms: 0.0,
             wall_s: 1.0,

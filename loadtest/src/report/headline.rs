@@ -157,7 +157,10 @@ mod tests {
             assert_eq!(r.throughput_per_s, 10.0, "the paced phase's figure");
         }
         let h = run.headline_figure();
-        assert_eq!((h.name.as_str(), h.value, h.unit.as_str()), ("drain_rows_per_s", Some(250.0), "rows/s"));
+        assert_eq!(
+            (h.name.as_str(), h.value, h.unit.as_str()),
+            ("drain_rows_per_s", Some(250.0), "rows/s")
+        );
         assert!(h.measures.contains("with 2 relay(s)"), "{}", h.measures);
     }
 
@@ -171,7 +174,10 @@ mod tests {
             fixtures::autoscale(Some(100.0), Some(300.0)),
         ] {
             let h = run.headline_figure();
-            assert!(!h.name.is_empty() && !h.unit.is_empty() && !h.measures.is_empty(), "{h:?}");
+            assert!(
+                !h.name.is_empty() && !h.unit.is_empty() && !h.measures.is_empty(),
+                "{h:?}"
+            );
             assert!(h.value.is_some(), "{}: {h:?}", run.scenario());
         }
     }
