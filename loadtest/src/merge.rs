@@ -363,6 +363,7 @@ mod tests {
                     expected_deliveries: delivered,
                     delivered,
                     lost: 0,
+                    not_delivered: 0,
                     duplicates: 0,
                     early_retries: 0,
                     early_retry_examples: (0..ladder_len)
