@@ -393,10 +393,7 @@ async fn every_portal_route_refuses_another_tenants_ids() {
     .await;
     let (b_cookie, csrf) = common::portal_session(&api, "attacker", false).await;
 
-    let http = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .unwrap();
+    let http = common::no_redirects();
     let leaks = [
         a_id.to_string(),
         "victim".to_string(),

@@ -342,14 +342,7 @@ async fn the_portal_works_in_chromium() {
     let other_msg = other_msg["id"].as_str().unwrap().to_string();
 
     // 1. Open a portal link: the session starts and the token leaves the address bar.
-    let (_, link) = api
-        .op(
-            Method::POST,
-            "/api/v1/auth/app-portal-access/acme",
-            Some(json!({})),
-        )
-        .await;
-    let login_url = link["url"].as_str().unwrap().to_string();
+    let login_url = common::portal_link(&api, "acme", false).await;
     assert!(
         login_url.starts_with(&format!("{base}/portal/login?token=")),
         "{login_url}"
@@ -636,10 +629,7 @@ async fn the_portal_works_in_chromium() {
         .expect("the session cookie");
     assert_eq!(cookie.http_only(), Some(true));
     assert_eq!(cookie.path(), Some("/portal"));
-    let http = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .unwrap();
+    let http = common::no_redirects();
     let r = http
         .get(format!("{base}/portal/events/{other_msg}"))
         .header("cookie", format!("hs_portal={}", cookie.value()))
@@ -656,14 +646,7 @@ async fn the_portal_works_in_chromium() {
         http.get(&login_url).send().await.unwrap().status(),
         StatusCode::GONE
     );
-    let (_, link) = api
-        .op(
-            Method::POST,
-            "/api/v1/auth/app-portal-access/acme",
-            Some(json!({})),
-        )
-        .await;
-    let expired_url = link["url"].as_str().unwrap().to_string();
+    let expired_url = common::portal_link(&api, "acme", false).await;
     let token = expired_url.split("token=").nth(1).unwrap();
     let hash = hookstream_store::portal::hash(token);
     hookstream_store::sqlx::query(
@@ -710,10 +693,7 @@ async fn portal_sessions_are_guarded() {
         Some(json!({"name": "Acme", "uid": "acme"})),
     )
     .await;
-    let http = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .unwrap();
+    let http = common::no_redirects();
 
     // The login: 303 to /portal, the cookie's attributes, no referrer.
     let (_, link) = api
@@ -853,22 +833,12 @@ async fn portal_sessions_are_rate_limited_and_secure_over_https() {
         Some(json!({"name": "Acme", "uid": "acme"})),
     )
     .await;
-    let (_, link) = api
-        .op(
-            Method::POST,
-            "/api/v1/auth/app-portal-access/acme",
-            Some(json!({})),
-        )
-        .await;
-    let url = link["url"].as_str().unwrap();
+    let url = common::portal_link(&api, "acme", false).await;
     assert!(
         url.starts_with("https://portal.example.com/portal/login?token="),
         "{url}"
     );
-    let http = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .unwrap();
+    let http = common::no_redirects();
     let path = &url[url.find("/portal/login").unwrap()..];
     let r = http.get(format!("{}{path}", api.base)).send().await.unwrap();
     let set = r.headers()["set-cookie"].to_str().unwrap().to_string();

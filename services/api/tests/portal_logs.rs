@@ -43,19 +43,9 @@ async fn the_portal_logs_no_secret() {
         Some(json!({"name": "Acme", "uid": "acme"})),
     )
     .await;
-    let (_, link) = api
-        .op(
-            Method::POST,
-            "/api/v1/auth/app-portal-access/acme",
-            Some(json!({})),
-        )
-        .await;
-    let url = link["url"].as_str().unwrap().to_string();
+    let url = common::portal_link(&api, "acme", false).await;
     let token = url.split("token=").nth(1).unwrap().to_string();
-    let http = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .unwrap();
+    let http = common::no_redirects();
     let path = &url[url.find("/portal/login").unwrap()..];
     let r = http.get(format!("{}{path}", api.base)).send().await.unwrap();
     assert_eq!(r.status(), StatusCode::SEE_OTHER);

@@ -177,9 +177,8 @@ pub async fn tenant_key(env: &TestEnv, tenant: uuid::Uuid, read_only: bool) -> S
 }
 
 /// A portal session for `app` (by id or uid), as a browser gets one: a link from
-/// `app-portal-access`, opened once. Returns the cookie (`hs_portal=…`) and the CSRF token of
-/// its forms.
-pub async fn portal_session(api: &Api, app: &str, read_only: bool) -> (String, String) {
+/// A portal login link for `app` (`app-portal-access`, asked with the operator token).
+pub async fn portal_link(api: &Api, app: &str, read_only: bool) -> String {
     let (s, link) = api
         .op(
             Method::POST,
@@ -188,12 +187,23 @@ pub async fn portal_session(api: &Api, app: &str, read_only: bool) -> (String, S
         )
         .await;
     assert_eq!(s, StatusCode::OK, "{link}");
-    let url = link["url"].as_str().unwrap();
-    let path = &url[url.find("/portal/login").expect("a portal login link")..];
-    let client = reqwest::Client::builder()
+    link["url"].as_str().expect("a url").to_string()
+}
+
+/// An HTTP client that shows redirects instead of following them (the portal's login is one).
+pub fn no_redirects() -> reqwest::Client {
+    reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .build()
-        .unwrap();
+        .expect("a client")
+}
+
+/// `app-portal-access`, opened once. Returns the cookie (`hs_portal=…`) and the CSRF token of
+/// its forms.
+pub async fn portal_session(api: &Api, app: &str, read_only: bool) -> (String, String) {
+    let url = portal_link(api, app, read_only).await;
+    let path = &url[url.find("/portal/login").expect("a portal login link")..];
+    let client = no_redirects();
     let r = client.get(format!("{}{path}", api.base)).send().await.unwrap();
     assert_eq!(r.status(), StatusCode::SEE_OTHER);
     let cookie = r
