@@ -35,7 +35,9 @@ pub struct DeliveryConfig {
     /// How much of a response body is kept for the attempt log.
     pub max_response_bytes: usize,
     pub user_agent: String,
-    /// Idle keep-alive connections kept per host.
+    /// Idle keep-alive connections kept per host. At least the largest endpoint
+    /// `max_in_flight` (1,000): fewer, and a busy endpoint opens and closes a TCP connection
+    /// for most deliveries.
     pub pool_max_idle_per_host: usize,
 }
 
@@ -48,7 +50,7 @@ impl Default for DeliveryConfig {
             proxy: None,
             max_response_bytes: 64 * 1024,
             user_agent: concat!("Hookstream/", env!("CARGO_PKG_VERSION")).into(),
-            pool_max_idle_per_host: 32,
+            pool_max_idle_per_host: 1000,
         }
     }
 }
