@@ -14,7 +14,15 @@
 //! 3. A cap on concurrent requests (`max_in_flight`, shared evenly among the live replicas). An attempt queues for a slot only when
 //!    the expected wait (queue length ÷ cap × the endpoint's recent latency) is within
 //!    `busy_wait`, and never longer than twice that: a fast endpoint's queue drains in
-//!    milliseconds, a slow one's would hold the events behind it.
+//!    milliseconds, a slow one's would hold the events behind it. A longer wait is refused
+//!    only when it is this endpoint's doing: its wait is more than twice what all the
+//!    queued attempts of this dispatcher wait (everything queued ÷ attempts finished per
+//!    second; in the first fifth of a second, before that rate is known: its latency is more
+//!    than twice everyone's), or it holds more than half of the attempts under way.
+//!    When every endpoint waits alike the dispatcher itself is the bottleneck (its cores),
+//!    and a deferral would only add a round trip through a retry tier to a queue it does not
+//!    shorten: under a fan-out backlog that feedback once deferred more deliveries than it
+//!    made.
 //!
 //! A refused delivery is not failed: the caller hands it to the retry tiers with its due time
 //! and without using up an attempt (a [`Refusal`]). Refusals of one endpoint are spaced out on
@@ -162,6 +170,83 @@ pub struct Pass {
     guard: Arc<Guard>,
     probe: bool,
     _slot: OwnedSemaphorePermit,
+    under_way: UnderWay,
+}
+
+/// What every attempt of this dispatcher goes through, whatever its endpoint: how many are
+/// under way (asking for admission, queued or in flight), how many queue for a slot, and how
+/// many finish per second. The yardstick for "is this endpoint's queue its own doing".
+#[derive(Default)]
+struct Pace {
+    under_way: AtomicU64,
+    queued: AtomicU64,
+    /// Attempts finished since `window_ms` began.
+    finished: AtomicU64,
+    window_ms: AtomicI64,
+    /// Moving average of attempts finished per second (0 until a window closed).
+    per_s: AtomicU64,
+    /// Moving average of every endpoint's attempt latency, µs: the yardstick until `per_s`
+    /// is known.
+    latency_us: AtomicU64,
+}
+
+/// How often the finishing rate is taken.
+const PACE_WINDOW_MS: i64 = 200;
+
+impl Pace {
+    fn finished_one(&self, latency: Duration) {
+        let sample = latency.as_micros().min(u64::MAX as u128) as u64;
+        let old = self.latency_us.load(Ordering::Relaxed);
+        let new = if old == 0 { sample } else { (old * 4 + sample) / 5 };
+        self.latency_us.store(new, Ordering::Relaxed);
+        self.finished.fetch_add(1, Ordering::Relaxed);
+        let now = now_ms();
+        let began = self.window_ms.load(Ordering::Relaxed);
+        let elapsed = now - began;
+        if elapsed < PACE_WINDOW_MS
+            || self
+                .window_ms
+                .compare_exchange(began, now, Ordering::AcqRel, Ordering::Relaxed)
+                .is_err()
+        {
+            return;
+        }
+        let n = self.finished.swap(0, Ordering::AcqRel);
+        if began == 0 {
+            return; // the first window has no start: it only starts the clock
+        }
+        let sample = n * 1000 / elapsed.max(1) as u64;
+        let old = self.per_s.load(Ordering::Relaxed);
+        let new = if old == 0 { sample } else { (old * 3 + sample) / 4 };
+        self.per_s.store(new, Ordering::Relaxed);
+    }
+
+    /// How long the attempts queued now wait, all told, at the recent finishing rate (`None`
+    /// before the rate is known).
+    fn queue_wait(&self) -> Option<Duration> {
+        let per_s = self.per_s.load(Ordering::Relaxed);
+        (per_s > 0).then(|| {
+            Duration::from_micros(self.queued.load(Ordering::Relaxed).saturating_mul(1_000_000) / per_s)
+        })
+    }
+}
+
+/// One attempt counted in [`Pace::under_way`] from the moment it asks until it is dropped.
+struct UnderWay {
+    pace: Arc<Pace>,
+}
+
+impl UnderWay {
+    fn new(pace: &Arc<Pace>) -> Self {
+        pace.under_way.fetch_add(1, Ordering::Relaxed);
+        Self { pace: pace.clone() }
+    }
+}
+
+impl Drop for UnderWay {
+    fn drop(&mut self) {
+        self.pace.under_way.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl Pass {
@@ -170,6 +255,7 @@ impl Pass {
     /// answers (a 4xx) show the endpoint is up and count as neither.
     pub fn finish(self, verdict: Verdict, class: ErrorClass, latency: Duration) {
         self.guard.observe_latency(latency);
+        self.under_way.pace.finished_one(latency);
         match verdict {
             Verdict::Delivered => self.guard.breaker.on_success(),
             Verdict::Retryable => self.guard.breaker.on_error(),
@@ -433,6 +519,7 @@ pub struct Isolation {
     guards: Mutex<HashMap<Uuid, Arc<Guard>>>,
     /// The replicas' shared limits; `None`: this instance's limits only (unit tests).
     group: Option<Arc<GroupLimits>>,
+    pace: Arc<Pace>,
 }
 
 impl Isolation {
@@ -442,7 +529,34 @@ impl Isolation {
             metrics,
             guards: Mutex::new(HashMap::new()),
             group,
+            pace: Arc::default(),
         }
+    }
+
+    /// Whether a wait of `expected` for one of `share` slots of `guard` is the endpoint's own
+    /// doing (see the module docs): only then is it worth a deferral.
+    fn endpoint_is_the_bottleneck(
+        &self,
+        guard: &Guard,
+        share: u32,
+        slots: &Semaphore,
+        expected: Duration,
+    ) -> bool {
+        match self.pace.queue_wait() {
+            Some(everyone) if expected > everyone * 2 => return true,
+            Some(_) => {}
+            // The finishing rate is known a fifth of a second after the first attempt
+            // finished; until then, whether this endpoint is slower than the others.
+            None => {
+                let all = self.pace.latency_us.load(Ordering::Relaxed);
+                if guard.latency_us.load(Ordering::Relaxed) > all.saturating_mul(2) {
+                    return true;
+                }
+            }
+        }
+        let held = u64::from(share).saturating_sub(slots.available_permits() as u64);
+        let mine = guard.queued.load(Ordering::Relaxed) + held;
+        mine * 2 > self.pace.under_way.load(Ordering::Relaxed)
     }
 
     fn cap_share(&self, guard: &Guard) -> u32 {
@@ -468,6 +582,7 @@ impl Isolation {
     /// Asks to attempt a delivery to `ep` now. With `can_defer` false (retries disabled) it
     /// waits instead of refusing.
     pub async fn admit(&self, ep: &Endpoint, can_defer: bool) -> Result<Pass, Refusal> {
+        let under_way = UnderWay::new(&self.pace);
         let guard = self.guard(ep);
         guard.last_used_ms.store(now_ms(), Ordering::Relaxed);
         let probe = loop {
@@ -548,10 +663,23 @@ impl Isolation {
                 .expect("endpoint semaphores are never closed"),
             Err(_) => {
                 let busy_wait = Duration::from_millis(self.cfg.busy_wait_ms);
-                let queued = if guard.expected_queueing(share) <= busy_wait {
+                let expected = guard.expected_queueing(share);
+                let queued = if expected <= busy_wait {
                     guard.queued.fetch_add(1, Ordering::Relaxed);
+                    self.pace.queued.fetch_add(1, Ordering::Relaxed);
                     let got = tokio::time::timeout(busy_wait * 2, slots.clone().acquire_owned()).await;
                     guard.queued.fetch_sub(1, Ordering::Relaxed);
+                    self.pace.queued.fetch_sub(1, Ordering::Relaxed);
+                    got.ok().and_then(Result::ok)
+                } else if !self.endpoint_is_the_bottleneck(&guard, share, &slots, expected) {
+                    // Everyone waits about as long: waiting here is no worse than anywhere
+                    // (still bounded, should the endpoint slow down meanwhile).
+                    guard.queued.fetch_add(1, Ordering::Relaxed);
+                    self.pace.queued.fetch_add(1, Ordering::Relaxed);
+                    let bound = (expected * 2).max(busy_wait * 2);
+                    let got = tokio::time::timeout(bound, slots.clone().acquire_owned()).await;
+                    guard.queued.fetch_sub(1, Ordering::Relaxed);
+                    self.pace.queued.fetch_sub(1, Ordering::Relaxed);
                     got.ok().and_then(Result::ok)
                 } else {
                     None
@@ -576,6 +704,7 @@ impl Isolation {
             guard,
             probe,
             _slot: slot,
+            under_way,
         })
     }
 
@@ -785,6 +914,49 @@ mod tests {
             started.elapsed() < Duration::from_millis(50),
             "a 4 s endpoint is not queued for (2 s expected): deferred at once"
         );
+    }
+
+    #[tokio::test]
+    async fn a_full_cap_waits_its_turn_when_every_endpoint_waits_alike() {
+        let iso = Arc::new(isolation(IsolationSettings::default()));
+        let eps: Vec<Endpoint> = (0..10).map(|_| endpoint(None, 1)).collect();
+        let mut held = Vec::new();
+        let mut queued = Vec::new();
+        for ep in &eps {
+            // Fast so far: attempts queue for the one slot.
+            let first = iso.admit(ep, true).await.expect("slot");
+            first.finish(Verdict::Delivered, ErrorClass::None, Duration::from_millis(10));
+            held.push(iso.admit(ep, true).await.expect("slot"));
+            for _ in 0..2 {
+                let (iso, ep) = (iso.clone(), ep.clone());
+                queued.push(tokio::spawn(async move { iso.admit(&ep, true).await.is_ok() }));
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert_eq!(iso.pace.queued.load(Ordering::Relaxed), 20);
+        // Then every endpoint is as slow as the dispatcher is busy: 3 s per attempt, two
+        // attempts finishing per second in all.
+        for ep in &eps {
+            iso.guard(ep).observe_latency(Duration::from_secs(3));
+        }
+        iso.pace.per_s.store(2, Ordering::Relaxed);
+        // One more for endpoint 0 would wait 9 s (> busy_wait), but so does everyone (10 s).
+        let waited = tokio::time::timeout(Duration::from_millis(200), iso.admit(&eps[0], true)).await;
+        assert!(waited.is_err(), "waits for its turn instead of being deferred");
+
+        // The same endpoint alone among idle ones is the bottleneck: deferred at once.
+        let iso = isolation(IsolationSettings::default());
+        let lone = endpoint(None, 1);
+        let first = iso.admit(&lone, true).await.expect("slot");
+        first.finish(Verdict::Delivered, ErrorClass::None, Duration::from_secs(3));
+        let _held = iso.admit(&lone, true).await.expect("slot");
+        iso.pace.per_s.store(2, Ordering::Relaxed);
+        let refused = iso.admit(&lone, true).await.err().expect("deferred");
+        assert_eq!(refused.reason, RefusalReason::EndpointBusy);
+        drop(held);
+        for q in queued {
+            q.abort();
+        }
     }
 
     #[tokio::test]
