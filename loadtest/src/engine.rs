@@ -438,7 +438,21 @@ pub(crate) fn dispatcher_vars(env: &TestEnv, max_in_flight_events: usize) -> Vec
         .into_iter()
         .map(|(k, v)| (k.to_string(), v)),
     );
+    vars.extend(setting_overrides());
     vars
+}
+
+/// The services start with a cleared environment; `LOADTEST_SET_<NAME>` in the load test's own
+/// environment reaches every dispatcher as `<NAME>` (`HOOKSTREAM_<SECTION>__<KEY>` for a
+/// setting, `MIMALLOC_…` for the allocator), after (over) the scenario's settings: a change
+/// tried without a rebuild. Reports name what was set.
+pub(crate) fn setting_overrides() -> Vec<(String, String)> {
+    let mut set: Vec<(String, String)> = std::env::vars()
+        .filter_map(|(k, v)| Some((k.strip_prefix("LOADTEST_SET_")?.to_string(), v)))
+        .filter(|(k, _)| !k.is_empty())
+        .collect();
+    set.sort();
+    set
 }
 
 /// `dispatcher_vars` for a dispatcher that runs only `roles` (`events`, `retry`, `dlq_sink`).

@@ -37,6 +37,7 @@ pub fn single(run: RunReport) -> Report {
         headline: run.headline_figure(),
         figures: run,
         median_of_runs: None,
+        settings_overridden: crate::engine::setting_overrides(),
         runs: Vec::new(),
         verdict,
     }
@@ -53,6 +54,7 @@ pub fn medians(runs: Vec<RunReport>) -> Result<Report, NoRuns> {
         headline: figures.headline_figure(),
         figures,
         median_of_runs: Some(runs.len()),
+        settings_overridden: crate::engine::setting_overrides(),
         verdict: verdict::of(&runs),
         runs,
     })

@@ -221,6 +221,7 @@ mod tests {
             headline: figures.headline_figure(),
             figures,
             median_of_runs: None,
+            settings_overridden: Vec::new(),
             runs: Vec::new(),
             verdict: Verdict {
                 passed: failures.is_empty(),

@@ -53,6 +53,10 @@ pub struct Report {
     /// the verdict and `remerge` read these.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub runs: Vec<RunReport>,
+    /// Settings given to the services through `LOADTEST_SET_…` (absent when none): a report
+    /// made with them is not one of the defaults.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub settings_overridden: Vec<(String, String)>,
     pub verdict: Verdict,
 }
 
@@ -679,6 +683,7 @@ mod tests {
             headline: steady().headline_figure(),
             figures: steady(),
             median_of_runs: Some(2),
+            settings_overridden: Vec::new(),
             runs: vec![steady(), steady()],
             verdict: Verdict {
                 passed: true,
