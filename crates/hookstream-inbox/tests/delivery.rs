@@ -1,7 +1,8 @@
 //! Receivers on the inbox with a real Hookstream delivering to them (outbox, relay, Kafka,
 //! dispatcher, signed POSTs): a duplicate storm processed exactly once, 1,000 orders shipped
 //! before they are paid, a receiver SIGKILLed while it processes, and the Python and Node
-//! receivers of `examples/` judged by the same rules on the same table.
+//! receivers of `examples/` judged by the same rules on the same table, their metrics and
+//! retention included.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -473,8 +474,30 @@ async fn a_receiver_killed_while_it_processes_loses_nothing_and_processes_nothin
     assert!(status.success(), "exit {status}");
 }
 
+/// `GET /metrics` of a receiver listening on `port`, as Prometheus would scrape it.
+async fn scrape(client: &reqwest::Client, port: u16) -> String {
+    let r = client
+        .get(format!("http://127.0.0.1:{port}/metrics"))
+        .send()
+        .await
+        .expect("metrics answered");
+    assert_eq!(r.status(), 200);
+    let kind = r
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        kind.starts_with("text/plain") && kind.contains("version=0.0.4"),
+        "Prometheus text format: {kind}"
+    );
+    r.text().await.unwrap()
+}
+
 /// A receiver of `examples/` (python or node) judged like the Rust one: verify, store once,
-/// defer until paid, quarantine the orphan, the business table written once per message.
+/// defer until paid, quarantine the orphan, the business table written once per message;
+/// the Rust library's metrics (names, labels, values) on `/metrics`, and retention.
 async fn foreign_receiver(lang: &str) {
     let env = TestEnv::new(2).await.unwrap();
     let setup = std::process::Command::new("bash")
@@ -512,6 +535,10 @@ async fn foreign_receiver(lang: &str) {
         ("INBOX_DEFER_BACKOFF_MS", "100".into()),
         ("INBOX_MAX_DEFER_BACKOFF_MS", "1000".into()),
         ("INBOX_MAX_DEFERRALS", "8".into()),
+        ("INBOX_STATS_INTERVAL_MS", "100".into()),
+        // An hour's dedup window, pruned every 200 ms: a row backdated by two hours goes.
+        ("INBOX_RETENTION_S", "3600".into()),
+        ("INBOX_PRUNE_INTERVAL_MS", "200".into()),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_string(), v))
@@ -596,6 +623,8 @@ async fn foreign_receiver(lang: &str) {
         std::fs::read_to_string(&log).unwrap_or_default()
     );
     pipeline.cancel();
+    // Let anything still in flight land before the metrics are read.
+    tokio::time::sleep(Duration::from_millis(500)).await;
     let shipped: i64 = sqlx::query_scalar("SELECT count(*) FROM shop_orders WHERE status = 'shipped'")
         .fetch_one(pool)
         .await
@@ -659,6 +688,97 @@ async fn foreign_receiver(lang: &str) {
         "{lang}"
     );
 
+    // The metrics, by the Rust library's names and labels. Stored: direct-ok and every
+    // event; each event came twice (two endpoints), direct-ok too.
+    let src = ("source", source.as_str());
+    let events = 2 * orders + 1;
+    let stored = events + 1;
+    // The gauges follow the table every 100 ms.
+    let settled = eventually(Duration::from_secs(10), || async {
+        let text = scrape(&client, port).await;
+        let g = |name: &str| common::metric_in(&text, name, &[src]);
+        (g("hookstream_inbox_pending"), g("hookstream_inbox_quarantined")) == (0.0, 1.0)
+    })
+    .await;
+    let text = scrape(&client, port).await;
+    assert!(
+        settled,
+        "{lang}: gauges never showed 0 pending, 1 quarantined:\n{text}"
+    );
+    let m = |name: &str, labels: &[(&str, &str)]| {
+        let mut all = vec![src];
+        all.extend_from_slice(labels);
+        common::metric_in(&text, name, &all) as i64
+    };
+    let received = m("hookstream_inbox_received_total", &[]);
+    let duplicates = m("hookstream_inbox_duplicates_total", &[]);
+    assert_eq!(received, stored, "{lang}: received, once per stored row");
+    assert!(
+        duplicates > events,
+        "{lang}: {duplicates} duplicates, every event came twice and direct-ok too"
+    );
+    assert_eq!(
+        m("hookstream_inbox_ack_seconds_count", &[]),
+        received + duplicates,
+        "{lang}: every 2xx timed"
+    );
+    let refused = |name: &str, reason: &str| m(name, &[("reason", reason)]);
+    let verification = "hookstream_inbox_verification_failures_total";
+    assert_eq!(
+        (
+            refused(verification, "signature"),
+            refused(verification, "timestamp"),
+            refused(verification, "header"),
+        ),
+        (1, 1, 0),
+        "{lang}: the other secret, the stale timestamp"
+    );
+    let rejected = "hookstream_inbox_rejected_total";
+    assert_eq!(
+        (
+            refused(rejected, "not_json"),
+            refused(rejected, "too_long"),
+            refused(rejected, "too_large"),
+            refused(rejected, "unavailable"),
+        ),
+        (1, 1, 1, 0),
+        "{lang}: not JSON, the long webhook-id, the large body"
+    );
+    assert_eq!(
+        m("hookstream_inbox_processed_total", &[]),
+        stored - 1,
+        "{lang}: all but the orphan"
+    );
+    assert_eq!(
+        m("hookstream_inbox_processing_latency_seconds_count", &[]),
+        stored - 1
+    );
+    assert_eq!(
+        m("hookstream_inbox_deferrals_total", &[]),
+        total_deferrals,
+        "{lang}: every deferral counted, the quarantining one too"
+    );
+    assert_eq!(
+        (
+            refused("hookstream_inbox_quarantined_total", "deferred"),
+            refused("hookstream_inbox_quarantined_total", "failed"),
+        ),
+        (1, 0),
+        "{lang}: the orphan"
+    );
+    assert_eq!(m("hookstream_inbox_failures_total", &[]), 0, "{lang}");
+    assert_eq!(m("hookstream_inbox_errors_total", &[]), 0, "{lang}");
+    assert_eq!(
+        common::metric_in(&text, "hookstream_inbox_oldest_pending_age_seconds", &[src]),
+        0.0,
+        "{lang}: nothing pending"
+    );
+    assert_eq!(
+        m("hookstream_inbox_pruned_total", &[]),
+        0,
+        "{lang}: everything is younger than the window"
+    );
+
     // The Rust administration binary replays the foreign receiver's quarantine (same table).
     let admin = std::process::Command::new(env!("CARGO_BIN_EXE_hookstream-inbox"))
         .args([
@@ -694,6 +814,54 @@ async fn foreign_receiver(lang: &str) {
         "{lang}: {:?}",
         statuses(pool, &source).await
     );
+
+    // Retention: a row processed two hours ago is past the one-hour window and goes at the
+    // next prune; the others, processed seconds ago, stay.
+    sqlx::query(
+        "UPDATE hookstream_inbox.inbox SET processed_at = now() - interval '2 hours'
+          WHERE source = $1 AND message_id = 'direct-ok'",
+    )
+    .bind(&source)
+    .execute(pool)
+    .await
+    .unwrap();
+    let gone = eventually(Duration::from_secs(10), || async {
+        statuses(pool, &source).await == (0, 2 * orders + 1, 0)
+    })
+    .await;
+    assert!(gone, "{lang}: {:?}", statuses(pool, &source).await);
+    let left: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM hookstream_inbox.inbox WHERE source = $1 AND message_id = 'direct-ok'",
+    )
+    .bind(&source)
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    assert_eq!(left, 0, "{lang}: the backdated row is the one pruned");
+    let counted = eventually(Duration::from_secs(5), || async {
+        common::metric_in(
+            &scrape(&client, port).await,
+            "hookstream_inbox_pruned_total",
+            &[src],
+        ) == 1.0
+    })
+    .await;
+    assert!(
+        counted,
+        "{lang}: pruned_total is not 1:\n{}",
+        scrape(&client, port).await
+    );
+    // The replayed orphan processed, out of quarantine (the gauge at its next refresh).
+    let figures = || async {
+        let text = scrape(&client, port).await;
+        (
+            common::metric_in(&text, "hookstream_inbox_quarantined", &[src]),
+            common::metric_in(&text, "hookstream_inbox_processed_total", &[src]),
+        )
+    };
+    let want = (0.0, stored as f64);
+    let replayed = eventually(Duration::from_secs(5), || async { figures().await == want }).await;
+    assert!(replayed, "{lang}: {:?}, want {want:?}", figures().await);
 
     sigterm(&child);
     let status = tokio::time::timeout(Duration::from_secs(20), child.wait())
