@@ -542,6 +542,10 @@ class Inbox:
                 except psycopg.Error as e:
                     self.m.errors.labels(self.s.source).inc()
                     log.warning("inbox: cannot %s source=%s error=%s", what, self.s.source, e)
+                except Exception:
+                    # Not a database error: a bug here. Say so loudly and stop the receiver.
+                    log.exception("inbox maintenance stopped unexpectedly")
+                    os._exit(1)
                 job[2] = time.monotonic() + every
             self.stop.wait(max(min(job[2] for job in jobs) - time.monotonic(), 0.0))
 
