@@ -11,10 +11,16 @@
 //   the row: the business change and "processed" commit together. The handler returns DONE,
 //   defer(reason[, until]) or fail(reason); deferrals are bounded by count and age, failures
 //   by count, and past a bound the row is quarantined with its reason.
+// - Metrics (InboxMetrics): the Rust crate's `hookstream_inbox_*` names and labels, in a
+//   prom-client registry the application exposes; the gauges (pending, deferred, quarantined,
+//   oldest pending age) refreshed from the table every statsIntervalMs by the maintenance
+//   loop, which also applies retention: processed rows older than retentionS deleted every
+//   pruneIntervalMs, a bounded batch per statement.
 "use strict";
 
 const fs = require("node:fs");
 const path = require("node:path");
+const client = require("prom-client");
 const { Webhook, WebhookVerificationError } = require("standardwebhooks");
 
 const INSERT_SQL = `
@@ -60,6 +66,27 @@ UPDATE hookstream_inbox.inbox
  WHERE source = $1 AND status = 'quarantined' AND ($2 OR id = ANY($3::int8[]))
 RETURNING id`;
 
+// The gauges' figures and retention: the statements of the Rust crate's store.rs (stats,
+// prune), retention in seconds here.
+const STATS_SQL = `
+SELECT count(*) AS pending,
+       count(*) FILTER (WHERE deferrals > 0) AS deferred,
+       coalesce(extract(epoch FROM now() - min(pending_since)), 0)::float8 AS oldest
+  FROM hookstream_inbox.inbox WHERE source = $1 AND status = 'pending'`;
+
+const QUARANTINED_SQL = `
+SELECT count(*) FROM hookstream_inbox.inbox WHERE source = $1 AND status = 'quarantined'`;
+
+const PRUNE_SQL = `
+DELETE FROM hookstream_inbox.inbox
+ WHERE id IN (SELECT id FROM hookstream_inbox.inbox
+               WHERE status = 'processed' AND source = $1
+                 AND processed_at < now() - $2 * interval '1 second'
+               LIMIT $3)`;
+
+// Rows one prune statement deletes at most (short transactions, whatever the backlog).
+const PRUNE_BATCH = 5000;
+
 // Longest webhook-id and ordering key stored: both are indexed, and PostgreSQL refuses index
 // entries beyond about 2.7 kB.
 const MAX_KEY_BYTES = 256;
@@ -91,6 +118,9 @@ function settingsFromEnv(env = process.env) {
     retryBackoffMs: 1000,
     maxRetryBackoffMs: 600000,
     maxAttempts: 10,
+    retentionS: 7 * 24 * 3600, // processed rows kept this long: the dedup window (0: for ever)
+    pruneIntervalMs: 600000,
+    statsIntervalMs: 5000,
   };
   if (s.secrets.length === 0) throw new Error("INBOX_SECRETS must list at least one whsec_ secret");
   for (const key of Object.keys(s)) {
@@ -139,11 +169,91 @@ async function migrate(pool, dir = MIGRATIONS_DIR) {
   }
 }
 
+// Fine enough to quote an acknowledgement p99 against a 5 ms objective (the Rust buckets).
+const ACK_BUCKETS = [
+  0.0005, 0.001, 0.0015, 0.002, 0.003, 0.004, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.1, 0.25, 0.5, 1.0,
+  2.5, 5.0,
+];
+// 1 ms doubling, 22 buckets (the Rust `exponential_buckets(0.001, 2.0, 22)`).
+const LATENCY_BUCKETS = client.exponentialBuckets(0.001, 2, 22);
+
+// The Rust crate's metrics (crates/hookstream-inbox/src/metrics.rs): same names, same labels
+// (`source`, and `reason` from the same small sets). Create once per registry and hand to
+// every Inbox of the process.
+class InboxMetrics {
+  constructor(registry) {
+    const registers = [registry];
+    const source = ["source"];
+    const reason = ["source", "reason"];
+    const counter = (name, help, labelNames = source) => new client.Counter({ name, help, labelNames, registers });
+    const gauge = (name, help) => new client.Gauge({ name, help, labelNames: source, registers });
+    this.received = counter("hookstream_inbox_received_total", "New messages stored");
+    this.duplicates = counter(
+      "hookstream_inbox_duplicates_total",
+      "Deliveries of an already stored message (answered 2xx, nothing stored)",
+    );
+    this.verificationFailures = counter(
+      "hookstream_inbox_verification_failures_total",
+      "Deliveries refused with 401 (header, timestamp, signature)",
+      reason,
+    );
+    this.rejected = counter(
+      "hookstream_inbox_rejected_total",
+      "Deliveries refused for their body or because nothing could be stored (too_large, unreadable, not_json, too_long, unavailable)",
+      reason,
+    );
+    this.ackSeconds = new client.Histogram({
+      name: "hookstream_inbox_ack_seconds",
+      help: "Request arrival to the 2xx answer (stored or duplicate)",
+      labelNames: source,
+      buckets: ACK_BUCKETS,
+      registers,
+    });
+    this.processed = counter(
+      "hookstream_inbox_processed_total",
+      "Messages processed (handler done, committed with the processed mark)",
+    );
+    this.processingLatencySeconds = new client.Histogram({
+      name: "hookstream_inbox_processing_latency_seconds",
+      help: "Receipt of a message to the commit that processed it",
+      labelNames: source,
+      buckets: LATENCY_BUCKETS,
+      registers,
+    });
+    this.deferrals = counter("hookstream_inbox_deferrals_total", "Deferrals committed (the handler said: not yet)");
+    this.failures = counter("hookstream_inbox_failures_total", "Handler failures committed (retried with backoff)");
+    this.quarantinedTotal = counter(
+      "hookstream_inbox_quarantined_total",
+      "Messages quarantined (deferred, failed, invalid)",
+      reason,
+    );
+    this.replayed = counter("hookstream_inbox_replayed_total", "Quarantined messages put back to pending");
+    this.errors = counter("hookstream_inbox_errors_total", "Worker and maintenance rounds that hit a database error");
+    this.pruned = counter("hookstream_inbox_pruned_total", "Processed messages deleted past the retention window");
+    this.pending = gauge("hookstream_inbox_pending", "Messages waiting to be processed");
+    this.deferred = gauge("hookstream_inbox_deferred", "Pending messages deferred at least once");
+    this.quarantined = gauge("hookstream_inbox_quarantined", "Messages in quarantine");
+    this.oldestPendingAgeSeconds = gauge(
+      "hookstream_inbox_oldest_pending_age_seconds",
+      "Age of the oldest pending message (0 when none)",
+    );
+  }
+}
+
+// The metric reason of a refused signature, as the Rust crate names it.
+function verificationReason(why) {
+  const w = why.toLowerCase();
+  if (w.includes("timestamp too")) return "timestamp";
+  if (w.includes("signature found") || w.includes("signature matches")) return "signature";
+  return "header";
+}
+
 class Inbox {
-  constructor(pool, settings, handler) {
+  constructor(pool, settings, handler, metrics) {
     this.pool = pool;
     this.s = settings;
     this.handler = handler;
+    this.m = metrics;
     this.hooks = settings.secrets.map((secret) => new Webhook(secret));
     this.stopping = false;
     this.workers = [];
@@ -166,20 +276,43 @@ class Inbox {
     return why;
   }
 
-  // The answer [status, text] to one delivery; `raw` is the body as a Buffer.
-  async receive(raw, headers) {
+  // The answer [status, text] to one delivery, counted in the metrics; `raw` is the body as
+  // a Buffer, `started` the request's arrival (process.hrtime.bigint()), for the
+  // acknowledgement histogram.
+  async receive(raw, headers, started = process.hrtime.bigint()) {
+    const [status, text, outcome] = await this.store(raw, headers);
+    const source = this.s.source;
+    if (outcome === "received" || outcome === "duplicates") {
+      this.m[outcome].inc({ source });
+      this.m.ackSeconds.observe({ source }, Number(process.hrtime.bigint() - started) / 1e9);
+    } else if (status === 401) {
+      this.m.verificationFailures.inc({ source, reason: outcome });
+    } else {
+      this.m.rejected.inc({ source, reason: outcome });
+    }
+    return [status, text];
+  }
+
+  // The 413 for a body the web framework refused to read (counted).
+  tooLarge() {
+    this.m.rejected.inc({ source: this.s.source, reason: "too_large" });
+    return [413, `body larger than ${this.s.maxBodyBytes} bytes`];
+  }
+
+  // [status, text, what to count: received, duplicates, or the metric reason].
+  async store(raw, headers) {
     const body = raw.toString("utf8");
     const why = this.verify(body, headers);
-    if (why !== null) return [401, why];
-    if (!Buffer.from(body, "utf8").equals(raw)) return [400, "body is not JSON: not UTF-8"];
+    if (why !== null) return [401, why, verificationReason(why)];
+    if (!Buffer.from(body, "utf8").equals(raw)) return [400, "body is not JSON: not UTF-8", "not_json"];
     if (Buffer.byteLength(headers["webhook-id"] || "") > MAX_KEY_BYTES) {
-      return [400, `webhook-id longer than ${MAX_KEY_BYTES} bytes`];
+      return [400, `webhook-id longer than ${MAX_KEY_BYTES} bytes`, "too_long"];
     }
     let payload;
     try {
       payload = JSON.parse(body);
     } catch (e) {
-      return [400, `body is not JSON: ${e.message}`];
+      return [400, `body is not JSON: ${e.message}`, "not_json"];
     }
     let eventType = headers["hookstream-event-type"] ?? null;
     if (eventType === null && payload && typeof payload === "object" && typeof payload.type === "string") {
@@ -190,7 +323,7 @@ class Inbox {
       const v = pointer(payload, this.s.orderingKey);
       key = v === undefined || v === null ? null : typeof v === "string" ? v : JSON.stringify(v);
       if (key !== null && Buffer.byteLength(key) > MAX_KEY_BYTES) {
-        return [400, `ordering key longer than ${MAX_KEY_BYTES} bytes`];
+        return [400, `ordering key longer than ${MAX_KEY_BYTES} bytes`, "too_long"];
       }
     }
     try {
@@ -202,15 +335,16 @@ class Inbox {
         body,
         Number.parseInt(headers["webhook-timestamp"], 10),
       ]);
-      if (r.rowCount > 0) this.wake();
-      return [204, ""];
+      if (r.rowCount === 0) return [204, "", "duplicates"];
+      this.wake();
+      return [204, "", "received"];
     } catch (e) {
       // 22xxx data exception, 23xxx integrity: the value, not the database.
       if (typeof e.code === "string" && (e.code.startsWith("22") || e.code.startsWith("23"))) {
-        return [400, `payload refused by the database: ${e.message}`];
+        return [400, `payload refused by the database: ${e.message}`, "not_json"];
       }
       log("WARN", "inbox: cannot store, answering 503", { source: this.s.source, error: e.message });
-      return [503, "inbox unavailable, retry later"];
+      return [503, "inbox unavailable, retry later", "unavailable"];
     }
   }
 
@@ -229,6 +363,12 @@ class Inbox {
       const timer = setTimeout(done, ms);
       this.wakers.add(done);
     });
+  }
+
+  // Starts the workers and the maintenance loop (gauges, retention).
+  start() {
+    this.startWorkers();
+    this.workers.push(this.maintenance());
   }
 
   startWorkers() {
@@ -255,6 +395,7 @@ class Inbox {
           process.exit(1);
         }
         errors++;
+        this.m.errors.inc({ source: this.s.source });
         const wait = Math.min(100 * 2 ** Math.min(errors, 8), 10000);
         log("WARN", "inbox worker: database error, batch rolled back", { worker: n, error: e.message, retry_in_ms: wait });
         await this.sleep(wait);
@@ -296,18 +437,84 @@ class Inbox {
     } finally {
       client.release();
     }
-    // Committed: now log.
+    // Committed: now log and count (each decision one place that does both).
+    const source = this.s.source;
+    const now = Date.now();
     for (const [m, outcome, mark] of decided) {
-      const fields = { source: this.s.source, message_id: m.messageId };
-      if (mark[0] === "retry" && outcome.kind === "defer") {
+      const fields = { source, message_id: m.messageId };
+      if (mark[0] === "processed") {
+        this.m.processed.inc({ source });
+        this.m.processingLatencySeconds.observe({ source }, Math.max(now - m.receivedAt.getTime(), 0) / 1000);
+      } else if (mark[0] === "retry" && outcome.kind === "defer") {
+        this.m.deferrals.inc({ source });
         log("INFO", "inbox: message deferred", { ...fields, reason: outcome.reason, next_attempt_at: mark[1].toISOString() });
       } else if (mark[0] === "retry") {
+        this.m.failures.inc({ source });
         log("WARN", "inbox: message failed, will retry", { ...fields, reason: outcome.reason });
       } else if (mark[0] === "quarantine") {
-        log("WARN", "inbox: message quarantined", { ...fields, reason: mark[1] });
+        const cause = outcome.kind === "defer" ? "deferred" : "failed";
+        (cause === "deferred" ? this.m.deferrals : this.m.failures).inc({ source });
+        this.m.quarantinedTotal.inc({ source, reason: cause });
+        log("WARN", "inbox: message quarantined", { ...fields, cause, reason: mark[1] });
       }
     }
     return decided.length;
+  }
+
+  // Sets the pending, deferred, quarantined and oldest-age gauges from the table.
+  async refreshGauges() {
+    const source = this.s.source;
+    const { rows } = await this.pool.query(STATS_SQL, [source]);
+    const q = await this.pool.query(QUARANTINED_SQL, [source]);
+    // count(*) is a bigint, which pg returns as a string.
+    this.m.pending.set({ source }, Number(rows[0].pending));
+    this.m.deferred.set({ source }, Number(rows[0].deferred));
+    this.m.quarantined.set({ source }, Number(q.rows[0].count));
+    this.m.oldestPendingAgeSeconds.set({ source }, Math.max(Number(rows[0].oldest), 0));
+  }
+
+  // Deletes the processed rows of this source older than retentionS, PRUNE_BATCH rows per
+  // statement (each its own short transaction); returns how many.
+  async pruneOnce() {
+    if (this.s.retentionS <= 0) return 0;
+    let total = 0;
+    while (!this.stopping) {
+      const { rowCount } = await this.pool.query(PRUNE_SQL, [this.s.source, this.s.retentionS, PRUNE_BATCH]);
+      this.m.pruned.inc({ source: this.s.source }, rowCount);
+      total += rowCount;
+      if (rowCount < PRUNE_BATCH) break;
+    }
+    if (total > 0) {
+      log("INFO", "inbox: pruned processed messages", { source: this.s.source, rows: total, retention_s: this.s.retentionS });
+    }
+    return total;
+  }
+
+  // The gauges every statsIntervalMs and retention every pruneIntervalMs, both at once at
+  // start; a database error is logged, counted and tried again next time.
+  async maintenance() {
+    const jobs = [
+      { run: () => this.refreshGauges(), every: this.s.statsIntervalMs, due: 0, what: "refresh the gauges" },
+      { run: () => this.pruneOnce(), every: this.s.pruneIntervalMs, due: 0, what: "prune processed messages" },
+    ];
+    while (!this.stopping) {
+      for (const job of jobs) {
+        if (Date.now() < job.due) continue;
+        try {
+          await job.run();
+        } catch (e) {
+          if (!e || typeof e.code !== "string") {
+            // Not a database error: a bug here. Say so loudly and stop the receiver.
+            log("ERROR", "inbox maintenance stopped unexpectedly", { error: String(e && e.stack) });
+            process.exit(1);
+          }
+          this.m.errors.inc({ source: this.s.source });
+          log("WARN", `inbox: cannot ${job.what}`, { source: this.s.source, error: e.message });
+        }
+        job.due = Date.now() + job.every;
+      }
+      await this.sleep(Math.max(Math.min(...jobs.map((j) => j.due)) - Date.now(), 0));
+    }
   }
 
   // Runs the handler under a savepoint: kept when DONE, rolled back otherwise.
@@ -373,9 +580,10 @@ class Inbox {
   // Puts quarantined rows (these ids, or all of the source) back to pending.
   async replay(ids = null) {
     const { rows } = await this.pool.query(REPLAY_SQL, [this.s.source, ids === null, ids || []]);
+    this.m.replayed.inc({ source: this.s.source }, rows.length);
     this.wake();
     return rows.map((r) => r.id);
   }
 }
 
-module.exports = { Inbox, DONE, defer, fail, migrate, settingsFromEnv, log };
+module.exports = { Inbox, InboxMetrics, DONE, defer, fail, migrate, settingsFromEnv, log };

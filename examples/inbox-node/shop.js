@@ -4,12 +4,14 @@
 //   DATABASE_URL=postgresql://... INBOX_SECRETS="whsec_..." node shop.js
 //
 // Prints `listening on http://HOST:PORT/PATH` once it accepts requests (INBOX_LISTEN=127.0.0.1:0
-// picks a port). SIGTERM or SIGINT stop it: the server stops accepting, the workers finish
-// their batch, and it exits 0.
+// picks a port); `GET /metrics` answers the inbox's metrics in the Prometheus text format.
+// SIGTERM or SIGINT stop it: the server stops accepting, the workers finish their batch, and
+// it exits 0.
 "use strict";
 
 const express = require("express");
 const { Pool } = require("pg");
+const { Registry } = require("prom-client");
 const inbox = require("./inbox");
 
 const SCHEMA_SQL = `
@@ -82,26 +84,40 @@ async function main() {
   } finally {
     client.release();
   }
-  const receiver = new inbox.Inbox(pool, settings, shop);
+  const registry = new Registry();
+  const receiver = new inbox.Inbox(pool, settings, shop, new inbox.InboxMetrics(registry));
 
   const app = express();
+  // The request's arrival, before the body is read (the acknowledgement histogram).
+  const arrived = (req, _res, next) => {
+    req.arrived = process.hrtime.bigint();
+    next();
+  };
   // The exact bytes, whatever the content type; larger bodies get 413 before being read.
-  app.post(route, express.raw({ type: () => true, limit: settings.maxBodyBytes }), async (req, res) => {
+  const body = express.raw({ type: () => true, limit: settings.maxBodyBytes });
+  app.post(route, arrived, body, async (req, res) => {
     const raw = Buffer.isBuffer(req.body) ? req.body : Buffer.alloc(0);
-    const [status, text] = await receiver.receive(raw, req.headers);
+    const [status, text] = await receiver.receive(raw, req.headers, req.arrived);
     res.status(status).send(text);
+  });
+  app.get("/metrics", async (_req, res) => {
+    res.set("content-type", registry.contentType).send(await registry.metrics());
   });
   app.use((err, req, res, _next) => {
     const status = err.status || err.statusCode || 500;
-    const text = status === 413 ? `body larger than ${settings.maxBodyBytes} bytes` : err.message;
-    res.status(status).send(text);
+    if (status === 413) {
+      const [s, text] = receiver.tooLarge();
+      res.status(s).send(text);
+      return;
+    }
+    res.status(status).send(err.message);
   });
 
   const server = app.listen(port, host, () => {
     const { port: bound } = server.address();
     console.log(`listening on http://${host}:${bound}${route}`);
   });
-  receiver.startWorkers();
+  receiver.start();
 
   let stopping = false;
   const stop = async () => {

@@ -4,8 +4,9 @@ application as the Rust `hookstream_inbox::demo` and examples/inbox-node, on the
     DATABASE_URL=postgresql://... INBOX_SECRETS="whsec_..." python shop.py
 
 Prints `listening on http://HOST:PORT/PATH` once it accepts requests (INBOX_LISTEN=127.0.0.1:0
-picks a port). SIGTERM or SIGINT stop it: the server stops accepting, the workers finish
-their batch, and it exits 0.
+picks a port); `GET /metrics` answers the inbox's metrics in the Prometheus text format.
+SIGTERM or SIGINT stop it: the server stops accepting, the workers finish their batch, and it
+exits 0.
 """
 
 import logging
@@ -13,8 +14,10 @@ import os
 import signal
 import sys
 import threading
+import time
 
-from flask import Flask, request
+import prometheus_client
+from flask import Flask, Response, request
 from psycopg_pool import ConnectionPool
 from werkzeug.exceptions import RequestEntityTooLarge
 from werkzeug.serving import make_server
@@ -83,7 +86,10 @@ def main() -> int:
     with pool.connection() as conn, conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(hashtext('hookstream_inbox.demo'))")
         conn.execute(SCHEMA_SQL)
-    receiver = inbox.Inbox(pool, settings, shop)
+    # No `_created` series: the Rust library exports none either.
+    prometheus_client.disable_created_metrics()
+    registry = prometheus_client.CollectorRegistry()
+    receiver = inbox.Inbox(pool, settings, shop, inbox.InboxMetrics(registry))
 
     app = Flask("shop")
     # Flask refuses larger bodies with 413 before reading them.
@@ -91,15 +97,23 @@ def main() -> int:
 
     @app.post(path)
     def webhook():
+        started = time.monotonic()
         try:
             raw = request.get_data(cache=False)
         except RequestEntityTooLarge:
-            return f"body larger than {settings.max_body_bytes} bytes", 413
-        status, text = receiver.receive(raw, request.headers)
+            status, text = receiver.too_large()
+            return text, status
+        status, text = receiver.receive(raw, request.headers, started)
         return text, status
 
+    @app.get("/metrics")
+    def metrics():
+        # The classic text format, as the Rust and Node receivers serve it.
+        return Response(prometheus_client.generate_latest(registry),
+                        content_type=prometheus_client.exposition.CONTENT_TYPE_PLAIN_0_0_4)
+
     server = make_server(host, int(port), app, threaded=True)
-    receiver.start_workers()
+    receiver.start()
 
     def stop(signum, frame):
         threading.Thread(target=server.shutdown, daemon=True).start()

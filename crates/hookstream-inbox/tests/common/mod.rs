@@ -4,8 +4,9 @@
 
 #![allow(dead_code)] // each test binary uses a part
 
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use hookstream_inbox::{Handler, InboxConfig, InboxMetrics, Receiver};
 use hookstream_signing::Secret;
@@ -219,8 +220,27 @@ pub fn dispatcher_config(env: &TestEnv, schedule_ms: Vec<u64>) -> dispatcher::Co
     cfg
 }
 
-/// Runs a relay and a dispatcher with `cfg` in this process; cancel the token to stop both.
-pub fn start_pipeline(env: &TestEnv, cfg: dispatcher::Config) -> CancellationToken {
+/// What `dispatcher_config` sets, as the environment of a dispatcher process
+/// (`hookstream_testkit::process::dispatcher_env` plus the retry schedule, without jitter).
+pub fn dispatcher_process_env(env: &TestEnv, schedule_ms: &[u64]) -> Vec<(String, String)> {
+    let mut vars = hookstream_testkit::process::dispatcher_env(env);
+    let schedule: Vec<String> = schedule_ms.iter().map(u64::to_string).collect();
+    vars.extend([
+        (
+            "HOOKSTREAM_RETRY__SCHEDULE_MS".to_string(),
+            format!("[{}]", schedule.join(", ")),
+        ),
+        ("HOOKSTREAM_RETRY__JITTER".to_string(), "0.0".to_string()),
+        (
+            "HOOKSTREAM_RETRY__MIN_THROTTLED_DELAY_MS".to_string(),
+            "1000".to_string(),
+        ),
+    ]);
+    vars
+}
+
+/// Runs a relay in this process; cancel the token to stop it.
+pub fn start_relay(env: &TestEnv) -> CancellationToken {
     let token = CancellationToken::new();
     let relay = outbox_relay::Config {
         database: env.database.clone(),
@@ -233,6 +253,12 @@ pub fn start_pipeline(env: &TestEnv, cfg: dispatcher::Config) -> CancellationTok
             .await
             .expect("relay runs");
     });
+    token
+}
+
+/// Runs a relay and a dispatcher with `cfg` in this process; cancel the token to stop both.
+pub fn start_pipeline(env: &TestEnv, cfg: dispatcher::Config) -> CancellationToken {
+    let token = start_relay(env);
     let t = token.clone();
     tokio::spawn(async move {
         dispatcher::run(cfg, &prometheus::Registry::new(), Default::default(), t)
@@ -240,6 +266,54 @@ pub fn start_pipeline(env: &TestEnv, cfg: dispatcher::Config) -> CancellationTok
             .expect("dispatcher runs");
     });
     token
+}
+
+/// The workspace's `dispatcher` binary, for tests that SIGKILL it (run it with
+/// `hookstream_testkit::process::ServiceProcess`). Cargo builds another package's binaries
+/// only when that package is built too: `make test` (`cargo test --workspace`) does; to run
+/// these tests alone, `cargo build -p dispatcher` first. (A test cannot build it itself:
+/// cargo holds the target directory's lock while tests run.) Panics, saying so, when it is
+/// missing or older than the dispatcher's sources.
+pub fn dispatcher_bin() -> PathBuf {
+    // This test binary is `<target>/<profile>/deps/delivery-…`; binaries are in `<profile>`.
+    let exe = std::env::current_exe().expect("test binary path");
+    let bin = exe
+        .ancestors()
+        .nth(2)
+        .expect("<target>/<profile>")
+        .join(format!("dispatcher{}", std::env::consts::EXE_SUFFIX));
+    let build = "run `cargo build -p dispatcher` (with this CARGO_TARGET_DIR) first, or `make test`";
+    let built = std::fs::metadata(&bin)
+        .and_then(|m| m.modified())
+        .unwrap_or_else(|_| panic!("no dispatcher binary at {}: {build}", bin.display()));
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../services/dispatcher/src");
+    if let Some(newer) = newest_file(&src).filter(|(t, _)| *t > built) {
+        panic!("{} is older than {}: {build}", bin.display(), newer.1.display());
+    }
+    bin
+}
+
+/// The most recently modified file under `dir`, with its time.
+fn newest_file(dir: &Path) -> Option<(SystemTime, PathBuf)> {
+    let mut newest: Option<(SystemTime, PathBuf)> = None;
+    for entry in std::fs::read_dir(dir).ok()?.flatten() {
+        let path = entry.path();
+        let found = if path.is_dir() {
+            newest_file(&path)
+        } else {
+            entry
+                .metadata()
+                .and_then(|m| m.modified())
+                .ok()
+                .map(|t| (t, path))
+        };
+        if let Some(f) = found {
+            if newest.as_ref().is_none_or(|n| f.0 > n.0) {
+                newest = Some(f);
+            }
+        }
+    }
+    newest
 }
 
 /// Creates an endpoint of `tenant` delivering to `url` and returns its id and secret.
