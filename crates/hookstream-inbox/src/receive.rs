@@ -82,8 +82,6 @@ pub const MAX_KEY_BYTES: usize = 256;
 pub type Writer = BoxFuture<'static, ()>;
 
 struct Counters {
-    received: IntCounter,
-    duplicates: IntCounter,
     ack: Histogram,
 }
 
@@ -132,16 +130,29 @@ impl Receiver {
     ) -> (Self, Vec<Writer>) {
         let mut writers = Vec::new();
         let mut handles = Vec::new();
+        let source = cfg.source.as_str();
+        // Counted where the insert's result is known, not in the request: a sender that
+        // hangs up while its row is being written ends the request's future, but the row
+        // is stored all the same (and its redelivery is a duplicate).
+        let received = metrics.received.with_label_values(&[source]);
+        let duplicates = metrics.duplicates.with_label_values(&[source]);
         for _ in 0..cfg.writers.max(1) {
             let (pool, source, wake) = (pool.clone(), cfg.source.clone(), wake.clone());
+            let (received, duplicates) = (received.clone(), duplicates.clone());
             let (batcher, writer) = Batcher::new(cfg.write_batch, move |rows: Vec<NewMessage>| {
                 let (pool, source, wake) = (pool.clone(), source.clone(), wake.clone());
+                let (received, duplicates) = (received.clone(), duplicates.clone());
                 async move {
                     let result = store::insert_batch(&pool, &source, &rows)
                         .await
                         .map_err(store_error);
-                    if matches!(&result, Ok(new) if new.iter().any(|n| *n)) {
-                        wake.notify_one();
+                    if let Ok(new) = &result {
+                        let stored = new.iter().filter(|n| **n).count() as u64;
+                        received.inc_by(stored);
+                        duplicates.inc_by(new.len() as u64 - stored);
+                        if stored > 0 {
+                            wake.notify_one();
+                        }
                     }
                     (rows, result)
                 }
@@ -149,7 +160,6 @@ impl Receiver {
             handles.push(batcher);
             writers.push(Box::pin(writer) as Writer);
         }
-        let source = cfg.source.as_str();
         let receiver = Self {
             inner: Arc::new(Inner {
                 source: cfg.source.clone(),
@@ -162,8 +172,6 @@ impl Receiver {
                 writers: handles,
                 next_writer: AtomicUsize::new(0),
                 counters: Counters {
-                    received: metrics.received.with_label_values(&[source]),
-                    duplicates: metrics.duplicates.with_label_values(&[source]),
                     ack: metrics.ack_seconds.with_label_values(&[source]),
                 },
                 metrics: metrics.clone(),
@@ -208,14 +216,8 @@ impl Receiver {
         };
         let n = inner.next_writer.fetch_add(1, Ordering::Relaxed) % inner.writers.len();
         match inner.writers[n].submit(row).await {
-            Ok(true) => {
-                inner.counters.received.inc();
-                Ok(Stored::New)
-            }
-            Ok(false) => {
-                inner.counters.duplicates.inc();
-                Ok(Stored::Duplicate)
-            }
+            Ok(true) => Ok(Stored::New),
+            Ok(false) => Ok(Stored::Duplicate),
             Err(Refused::Invalid(why, row)) => {
                 tracing::warn!(source = %inner.source, message_id = %row.message_id, error = %why, "inbox: database refused a payload");
                 self.reject("not_json");
