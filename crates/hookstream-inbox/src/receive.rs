@@ -23,7 +23,7 @@ use axum::Router;
 use futures::future::BoxFuture;
 use hookstream_store::batch::{Batcher, Refused};
 use hookstream_store::StoreError;
-use prometheus::{Histogram, IntCounter};
+use prometheus::Histogram;
 use sqlx::PgPool;
 use tokio::sync::Notify;
 
