@@ -895,6 +895,19 @@ async fn drive(
         }
         for svc in services.iter_mut() {
             svc.sample();
+            // A service that ends by itself (a refused configuration exits 2 at once) would
+            // leave the run waiting out its deadline for deliveries that cannot come.
+            if let Some(code) = svc.exited().await {
+                let tail = std::fs::read_to_string(&svc.log).unwrap_or_default();
+                let last: Vec<&str> = tail.lines().rev().take(5).collect();
+                anyhow::bail!(
+                    "[{label}] {} exited by itself ({}) at {t_s:.1} s; the end of {}:\n{}",
+                    svc.name,
+                    code.map_or("killed by a signal".to_string(), |c| format!("exit code {c}")),
+                    svc.log.display(),
+                    last.into_iter().rev().collect::<Vec<_>>().join("\n")
+                );
+            }
         }
         let delivered: usize = fleet
             .iter()
