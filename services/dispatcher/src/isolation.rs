@@ -231,6 +231,25 @@ impl Pace {
     }
 }
 
+/// One attempt counted as queued for a slot, in its endpoint's count and the dispatcher's,
+/// until it is dropped (admitted, timed out, or its caller gave up on it at shutdown).
+struct InQueue<'a>(&'a AtomicU64, &'a AtomicU64);
+
+impl<'a> InQueue<'a> {
+    fn new(endpoint: &'a AtomicU64, all: &'a AtomicU64) -> Self {
+        endpoint.fetch_add(1, Ordering::Relaxed);
+        all.fetch_add(1, Ordering::Relaxed);
+        Self(endpoint, all)
+    }
+}
+
+impl Drop for InQueue<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+        self.1.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 /// One attempt counted in [`Pace::under_way`] from the moment it asks until it is dropped.
 struct UnderWay {
     pace: Arc<Pace>,
@@ -664,25 +683,25 @@ impl Isolation {
             Err(_) => {
                 let busy_wait = Duration::from_millis(self.cfg.busy_wait_ms);
                 let expected = guard.expected_queueing(share);
-                let queued = if expected <= busy_wait {
-                    guard.queued.fetch_add(1, Ordering::Relaxed);
-                    self.pace.queued.fetch_add(1, Ordering::Relaxed);
-                    let got = tokio::time::timeout(busy_wait * 2, slots.clone().acquire_owned()).await;
-                    guard.queued.fetch_sub(1, Ordering::Relaxed);
-                    self.pace.queued.fetch_sub(1, Ordering::Relaxed);
-                    got.ok().and_then(Result::ok)
+                // Queue when a fast endpoint's turn comes soon, or when everyone waits about as
+                // long (waiting here is then no worse than anywhere; still bounded, should the
+                // endpoint slow down meanwhile).
+                let bound = if expected <= busy_wait {
+                    Some(busy_wait * 2)
                 } else if !self.endpoint_is_the_bottleneck(&guard, share, &slots, expected) {
-                    // Everyone waits about as long: waiting here is no worse than anywhere
-                    // (still bounded, should the endpoint slow down meanwhile).
-                    guard.queued.fetch_add(1, Ordering::Relaxed);
-                    self.pace.queued.fetch_add(1, Ordering::Relaxed);
-                    let bound = (expected * 2).max(busy_wait * 2);
-                    let got = tokio::time::timeout(bound, slots.clone().acquire_owned()).await;
-                    guard.queued.fetch_sub(1, Ordering::Relaxed);
-                    self.pace.queued.fetch_sub(1, Ordering::Relaxed);
-                    got.ok().and_then(Result::ok)
+                    Some((expected * 2).max(busy_wait * 2))
                 } else {
                     None
+                };
+                let queued = match bound {
+                    Some(bound) => {
+                        let _in_queue = InQueue::new(&guard.queued, &self.pace.queued);
+                        tokio::time::timeout(bound, slots.clone().acquire_owned())
+                            .await
+                            .ok()
+                            .and_then(Result::ok)
+                    }
+                    None => None,
                 };
                 match queued {
                     Some(s) => s,
@@ -943,6 +962,11 @@ mod tests {
         // One more for endpoint 0 would wait 9 s (> busy_wait), but so does everyone (10 s).
         let waited = tokio::time::timeout(Duration::from_millis(200), iso.admit(&eps[0], true)).await;
         assert!(waited.is_err(), "waits for its turn instead of being deferred");
+        assert_eq!(
+            iso.pace.queued.load(Ordering::Relaxed),
+            20,
+            "a wait its caller gave up on is no longer counted"
+        );
 
         // The same endpoint alone among idle ones is the bottleneck: deferred at once.
         let iso = isolation(IsolationSettings::default());
