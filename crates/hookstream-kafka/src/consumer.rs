@@ -10,12 +10,16 @@
 //!   retry tier's hop). Work runs in its own task under a permit from a fixed pool. A record
 //!   that must wait for its time is held at the head of its partition, which is paused
 //!   meanwhile. A record that is due but finds no free permit joins the ready queue (first in,
-//!   first out, across partitions); only when that queue holds `max_in_flight` records are
-//!   the partitions that feed it paused, and they are resumed once it is half empty. Pausing
-//!   per record would cost a fetch per record: librdkafka drops a paused partition's
-//!   prefetched records and fetches them again on resume. The consumer is polled all the time,
-//!   also while every partition is paused (`max.poll.interval.ms`, and rebalances are served
-//!   only by polls).
+//!   first out, across partitions). When that queue holds `max_in_flight` records, the loop
+//!   stops taking records (librdkafka's prefetch queue holds the rest) until a permit frees
+//!   one; only if it stays full for [`PAUSE_AFTER`] are the partitions that feed it paused,
+//!   so that polling can go on (`max.poll.interval.ms`, and rebalances are served only by
+//!   polls), and they are resumed once it is half empty. Pausing is the last resort, not the
+//!   flow control of a busy drain: librdkafka drops a paused partition's prefetched records
+//!   and fetches them again on resume, and the resumed partition waits for the fetch in
+//!   flight (up to `fetch.wait.max.ms`) — a drain that paused every few thousand records
+//!   spent most of its time waiting for fetches (7,500 against 16,500 deliveries/s, see
+//!   docs/benchmarks.md).
 //! - A partition revoked in a rebalance is forgotten at once: what waited in it is dropped,
 //!   and completions of work still running for it are ignored (the new owner redoes it).
 //! - Nothing dies silently: a handler's fatal error, a panic in a task, or a fatal consumer
@@ -48,6 +52,10 @@ use crate::tracker::{OffsetTracker, Ticket};
 
 /// How often lag is measured.
 const LAG_EVERY: Duration = Duration::from_secs(5);
+
+/// How long a full ready queue stops the loop from polling before the partitions that feed
+/// it are paused instead (a rebalance waits at most this long for the member).
+pub const PAUSE_AFTER: Duration = Duration::from_millis(250);
 
 /// One record as a handler sees it (owned: it outlives the poll that returned it).
 #[derive(Debug, Clone)]
@@ -297,17 +305,29 @@ impl<H: Handler> Member<H> {
         let mut lag_tick = tokio::time::interval(LAG_EVERY);
         lag_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut measuring: Option<tokio::task::JoinHandle<Result<lag::Measured, KafkaError>>> = None;
+        // Since when the ready queue has been full without a pause (see the module docs).
+        let mut full_since: Option<tokio::time::Instant> = None;
         loop {
             self.resume_assigned();
             self.resume_if_drained();
-            let (next_hold, parked) = {
+            let (next_hold, parked, full) = {
                 let state = lock(&self.state);
                 (
                     state.waiting.values().map(|w| w.until_ms).min(),
                     !state.ready.is_empty(),
+                    state.ready.len() >= self.ready_cap,
                 )
             };
             let hold_sleep = next_hold.map(|at| Duration::from_millis((at - now_ms()).max(0) as u64));
+            full_since = if full {
+                full_since.or_else(|| Some(tokio::time::Instant::now()))
+            } else {
+                None
+            };
+            // Full and not yet for long: take no record; wake when it is time to pause.
+            let held_back = full_since
+                .map(|since| since + PAUSE_AFTER)
+                .filter(|at| *at > tokio::time::Instant::now());
             tokio::select! {
                 biased;
                 _ = shutdown.cancelled() => return Ok(()),
@@ -323,7 +343,8 @@ impl<H: Handler> Member<H> {
                         self.start_parked(permit);
                     }
                 }
-                received = self.consumer.recv() => {
+                _ = tokio::time::sleep_until(held_back.unwrap_or_else(tokio::time::Instant::now)), if held_back.is_some() => {}
+                received = self.consumer.recv(), if held_back.is_none() => {
                     match received {
                         Ok(msg) => {
                             let record = Record::from_message(&msg);
@@ -388,7 +409,7 @@ impl<H: Handler> Member<H> {
     }
 
     /// Starts a due record if a permit is free (and nobody queued before it), else queues
-    /// it; a full queue pauses the record's partition.
+    /// it; an overfull queue pauses the record's partition.
     fn start_or_queue(&mut self, key: Key, work: H::Work, ticket: Ticket) {
         if lock(&self.state).ready.is_empty() {
             if let Ok(permit) = self.permits.clone().try_acquire_owned() {
@@ -403,7 +424,8 @@ impl<H: Handler> Member<H> {
                 work,
                 ticket,
             });
-            state.ready.len() >= self.ready_cap && state.paused_full.insert(key.clone())
+            // Beyond the cap only when taken after `PAUSE_AFTER` (or released from a hold).
+            state.ready.len() > self.ready_cap && state.paused_full.insert(key.clone())
         };
         if full {
             self.set_paused(&key.0, key.1, true);
