@@ -65,6 +65,45 @@ impl Supervisor {
         self.names.insert(handle.id(), name);
     }
 
+    /// Like [`spawn`](Self::spawn), for work that must not take CPU from the rest of the
+    /// process (a sink that may lag): `make` runs on a thread of its own, with a
+    /// single-threaded tokio runtime of its own, `niceness` below the process's CPU priority
+    /// (Linux: the thread's nice value is raised by that much, up to 19; the threads it
+    /// starts, librdkafka's among them, inherit it). What
+    /// `make` builds that does I/O (a database pool, a Kafka consumer) must be built inside
+    /// it, so that its I/O is driven by that runtime. A panic on the thread is a failure like
+    /// any other.
+    pub fn spawn_niced<M, F, E>(&mut self, name: &'static str, niceness: i32, make: M)
+    where
+        M: FnOnce() -> F + Send + 'static,
+        F: Future<Output = Result<(), E>>,
+        E: Display,
+    {
+        let (done, result) = tokio::sync::oneshot::channel::<Result<(), String>>();
+        let started = std::thread::Builder::new()
+            .name(name.to_string())
+            .spawn(move || {
+                let me = Some(rustix::thread::gettid());
+                let base = rustix::process::getpriority_process(me).unwrap_or(0);
+                let lowered = rustix::process::setpriority_process(me, (base + niceness).clamp(base, 19));
+                if let Err(e) = lowered {
+                    tracing::warn!(task = name, niceness, error = %e, "cannot lower the thread's priority; it runs at the process's");
+                }
+                let outcome = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                    Ok(runtime) => runtime.block_on(async move { make().await.map_err(|e| e.to_string()) }),
+                    Err(e) => Err(format!("cannot start its runtime: {e}")),
+                };
+                let _ = done.send(outcome);
+            });
+        let started = started.map_err(|e| format!("cannot start its thread: {e}"));
+        self.spawn(name, async move {
+            started?;
+            result
+                .await
+                .unwrap_or_else(|_| Err("its thread ended without an outcome (it panicked)".into()))
+        });
+    }
+
     /// Waits until every task has ended. Returns the first unexpected end, if any (the
     /// service has then been marked unhealthy and asked to shut down).
     pub async fn wait(mut self) -> Result<(), TaskFailed> {
@@ -196,6 +235,50 @@ mod tests {
         s.spawn("watcher", async { Ok::<(), String>(()) });
         let failed = s.wait().await.expect_err("returning early is a failure");
         assert_eq!(failed.reason, "returned before shutdown");
+    }
+
+    #[tokio::test]
+    async fn a_niced_task_runs_on_its_own_thread_at_its_priority_and_its_panic_is_a_failure() {
+        let (mut s, health, shutdown) = supervisor();
+        let base = rustix::process::getpriority_process(Some(rustix::thread::gettid())).unwrap();
+        let (seen, observed) = tokio::sync::oneshot::channel();
+        let token = shutdown.clone();
+        s.spawn_niced("attempt sink", 7, move || async move {
+            let me = rustix::thread::gettid();
+            let _ = seen.send((
+                std::thread::current().name().map(str::to_string),
+                rustix::process::getpriority_process(Some(me)).ok(),
+            ));
+            token.cancelled().await;
+            Ok::<(), String>(())
+        });
+        let (name, priority) = observed.await.unwrap();
+        assert_eq!(name.as_deref(), Some("attempt sink"));
+        assert_eq!(
+            priority,
+            Some((base + 7).min(19)),
+            "the thread runs 7 lower (from {base})"
+        );
+        assert_eq!(
+            rustix::process::getpriority_process(Some(rustix::thread::gettid())).ok(),
+            Some(base),
+            "the caller's priority is untouched"
+        );
+        shutdown.cancel();
+        assert!(s.wait().await.is_ok());
+        assert_eq!(health.failure(), None);
+
+        let (mut s, health, _shutdown) = supervisor();
+        s.spawn_niced("attempt sink", 7, || async {
+            if true {
+                panic!("sink broke");
+            }
+            Ok::<(), String>(())
+        });
+        let failed = s.wait().await.expect_err("a panic on the thread surfaces");
+        assert_eq!(failed.task, "attempt sink");
+        assert!(failed.reason.contains("panicked"), "{}", failed.reason);
+        assert!(health.failure().is_some());
     }
 
     #[tokio::test]

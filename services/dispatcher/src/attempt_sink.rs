@@ -8,7 +8,11 @@
 //! configuration, and a deployment that wants it apart runs a dispatcher with only this role
 //! (the Helm chart runs it beside the retry role and the DLQ sink, never in the replicas
 //! scaled on lag). Delivery never waits for it: the attempt log is produced without waiting
-//! and the sink merely lags (its lag is exported like every group's) and catches up.
+//! and the sink merely lags (its lag is exported like every group's) and catches up. Nor does
+//! it take CPU from delivery in the same process: it runs on a thread of its own with its own
+//! runtime and database pool, `sink_niceness` (19) below the process's CPU priority, with the
+//! librdkafka threads of its consumer. On an idle machine that costs nothing; when delivery
+//! needs every core (a backlog drain), the sink stores less until the burst is over.
 //!
 //! Rows are written in batches, their day partitions created first; while PostgreSQL is down
 //! the sink waits and skips nothing; a record read twice after a crash is stored once (the
@@ -21,8 +25,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, NaiveDate, Utc};
-use hookstream_config::{ConfigError, Validate};
-use hookstream_kafka::{Done, Fatal, Handler, Record, Start};
+use hookstream_config::{ConfigError, DatabaseConfig, KafkaConfig, Validate};
+use hookstream_kafka::{ConsumerMetrics, ConsumerSettings, Done, Fatal, Handler, Record, Start};
 use hookstream_proto::{AttemptRecord, Message as _};
 use hookstream_store::attempts::{self, NewAttempt};
 use hookstream_store::batch::Batcher;
@@ -39,6 +43,8 @@ use crate::DispatcherMetrics;
 
 /// Records being stored at once.
 pub(crate) const MAX_IN_FLIGHT: usize = 2_048;
+/// Most database connections of the sink's own pool (one batch is written at a time).
+const SINK_CONNECTIONS: u32 = 2;
 /// Rows written in one statement.
 const BATCH_ROWS: usize = 500;
 /// How often old partitions are dropped and the next days' created.
@@ -59,6 +65,9 @@ pub struct AttemptsConfig {
     /// Most of a response body stored per attempt (bytes; the rest is cut and the row says
     /// so). 0 stores none.
     pub max_body_bytes: usize,
+    /// How much lower than the process's the sink's CPU priority is (nice +N, 0..=19): when
+    /// delivery needs every core, the sink lags and catches up after.
+    pub sink_niceness: i32,
 }
 
 impl Default for AttemptsConfig {
@@ -69,6 +78,7 @@ impl Default for AttemptsConfig {
             sink_group_id: hookstream_config::DEFAULT_ATTEMPT_SINK_GROUP.into(),
             retention_days: 30,
             max_body_bytes: 4 * 1024,
+            sink_niceness: 19,
         }
     }
 }
@@ -84,12 +94,67 @@ impl Validate for AttemptsConfig {
         if self.max_body_bytes > 64 * 1024 {
             return Err(ConfigError::new("attempts.max_body_bytes must be at most 65536"));
         }
+        if !(0..=19).contains(&self.sink_niceness) {
+            return Err(ConfigError::new(
+                "attempts.sink_niceness must be between 0 and 19",
+            ));
+        }
         Ok(())
     }
 }
 
 /// Writes attempts in batches.
 pub(crate) type AttemptWriter = Batcher<NewAttempt, bool>;
+
+/// What the sink runs with.
+pub(crate) struct Setup {
+    pub(crate) kafka: KafkaConfig,
+    pub(crate) consumer: ConsumerSettings,
+    pub(crate) database: DatabaseConfig,
+    pub(crate) attempts: AttemptsConfig,
+    pub(crate) metrics: DispatcherMetrics,
+    pub(crate) consumer_metrics: ConsumerMetrics,
+}
+
+/// The sink until shutdown: its own database pool (its I/O runs on the sink's runtime), the
+/// batch writer, the tracked consumer of the attempts topic, and the hourly partition upkeep.
+pub(crate) async fn run(setup: Setup, shutdown: CancellationToken) -> Result<(), String> {
+    let database = DatabaseConfig {
+        max_connections: setup.database.max_connections.clamp(1, SINK_CONNECTIONS),
+        ..setup.database
+    };
+    let pool = hookstream_store::connect(&database)
+        .await
+        .map_err(|e| format!("cannot connect to PostgreSQL: {e}"))?;
+    let (writer, write_rows) = writer(pool.clone());
+    let writing = tokio::spawn(write_rows);
+    let upkeep = tokio::spawn(maintain(
+        pool,
+        setup.attempts.clone(),
+        setup.metrics.clone(),
+        shutdown.clone(),
+    ));
+    let handler = Arc::new(AttemptSink {
+        writer,
+        max_body_bytes: setup.attempts.max_body_bytes,
+        metrics: setup.metrics,
+        shutdown: shutdown.clone(),
+    });
+    let consumed = hookstream_kafka::consumer::run(
+        &setup.kafka,
+        setup.consumer,
+        handler,
+        setup.consumer_metrics,
+        shutdown,
+    )
+    .await;
+    // The consumer has dropped the last writer handle: what it submitted is written, then
+    // the writer ends.
+    upkeep.abort();
+    let written = writing.await;
+    consumed.map_err(|e| e.to_string())?;
+    written.map_err(|e| format!("the attempt writer failed: {e}"))
+}
 
 /// The writer of the sink's rows (it creates the day partitions a batch needs first), and the
 /// task that writes them.

@@ -271,35 +271,20 @@ pub async fn run(
             vec![cfg.kafka.topics.attempts.clone()],
             attempt_sink::MAX_IN_FLIGHT,
         );
-        let (writer, write_rows) = attempt_sink::writer(pool.clone());
-        sup.spawn("attempt writer", async move {
-            write_rows.await;
-            Ok::<(), std::convert::Infallible>(())
-        });
-        let handler = Arc::new(attempt_sink::AttemptSink {
-            writer,
-            max_body_bytes: cfg.attempts.max_body_bytes,
+        // On a thread of its own at a lower CPU priority: on a busy machine the sink lags
+        // (and catches up) rather than taking CPU from delivery (see attempt_sink.rs).
+        let sink = attempt_sink::Setup {
+            kafka: cfg.kafka.clone(),
+            consumer: settings,
+            database: cfg.database.clone(),
+            attempts: cfg.attempts.clone(),
             metrics: metrics.clone(),
-            shutdown: shutdown.clone(),
+            consumer_metrics: consumer_metrics.clone(),
+        };
+        let sink_shutdown = shutdown.clone();
+        sup.spawn_niced("attempt sink", cfg.attempts.sink_niceness, move || {
+            attempt_sink::run(sink, sink_shutdown)
         });
-        spawn_role(
-            &mut sup,
-            "attempt sink",
-            &cfg.kafka,
-            settings,
-            handler,
-            &consumer_metrics,
-            &shutdown,
-        );
-        sup.spawn(
-            "attempt partitions",
-            attempt_sink::maintain(
-                pool.clone(),
-                cfg.attempts.clone(),
-                metrics.clone(),
-                shutdown.clone(),
-            ),
-        );
     }
     health.set_ready(true);
     tracing::info!(roles = ?cfg.dispatcher.roles, "dispatcher running");

@@ -15,11 +15,14 @@ use hookstream_testkit::{eventually, TestEnv};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+/// Who finished which (partition, offset).
+type Finished = Arc<Mutex<Vec<(&'static str, i32, i64)>>>;
+
 /// Records every offset it finished; its work waits while the gate is shut.
 struct Gated {
     name: &'static str,
     gate: watch::Receiver<bool>,
-    finished: Arc<Mutex<Vec<(&'static str, i32, i64)>>>,
+    finished: Finished,
 }
 
 impl Handler for Gated {
@@ -43,7 +46,7 @@ fn member(
     env: &TestEnv,
     name: &'static str,
     gate: watch::Receiver<bool>,
-    finished: &Arc<Mutex<Vec<(&'static str, i32, i64)>>>,
+    finished: &Finished,
     shutdown: &CancellationToken,
 ) -> tokio::task::JoinHandle<Result<(), hookstream_kafka::ConsumerError>> {
     let kafka = env.kafka.clone();
@@ -85,7 +88,7 @@ async fn a_member_with_every_permit_stuck_still_serves_a_rebalance_and_loses_not
             .expect("acknowledged");
     }
 
-    let finished = Arc::new(Mutex::new(Vec::new()));
+    let finished: Finished = Arc::default();
     let shutdown = CancellationToken::new();
     // A: every permit (8) and the ready queue (8) fill with records whose work waits.
     let (open_a, gate_a) = watch::channel(false);
