@@ -119,6 +119,16 @@ pub async fn connect(cfg: &DatabaseConfig) -> Result<PgPool, StoreError> {
     Ok(pool)
 }
 
+/// A pool that connects when first used: for a task started after the service checked the
+/// database with [`connect`], which must not fail because the database went away meanwhile
+/// (its writes retry while it is unavailable).
+pub fn connect_lazy(cfg: &DatabaseConfig) -> Result<PgPool, StoreError> {
+    Ok(PgPoolOptions::new()
+        .max_connections(cfg.max_connections)
+        .acquire_timeout(Duration::from_millis(cfg.acquire_timeout_ms))
+        .connect_lazy_with(connect_options(cfg)?))
+}
+
 /// Applies the embedded migrations (idempotent; concurrent callers serialise on a lock). They
 /// run on a connection of their own without the statement timeout: building an index on a
 /// large table may take longer.

@@ -123,9 +123,8 @@ pub(crate) async fn run(setup: Setup, shutdown: CancellationToken) -> Result<(),
         max_connections: setup.database.max_connections.clamp(1, SINK_CONNECTIONS),
         ..setup.database
     };
-    let pool = hookstream_store::connect(&database)
-        .await
-        .map_err(|e| format!("cannot connect to PostgreSQL: {e}"))?;
+    // Lazy: the service checked the database at start, and the writes retry while it is down.
+    let pool = hookstream_store::connect_lazy(&database).map_err(|e| format!("database settings: {e}"))?;
     let (writer, write_rows) = writer(pool.clone());
     let writing = tokio::spawn(write_rows);
     let upkeep = tokio::spawn(maintain(
