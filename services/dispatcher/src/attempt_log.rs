@@ -99,6 +99,9 @@ impl AttemptLog {
         let (tx, fatal) = watch::channel(None);
         let producer = hookstream_kafka::producer_config(kafka, Duration::from_secs(30))
             .set("linger.ms", "20")
+            // A delivery report (and a callback on the poll thread) only for a record Kafka
+            // did not take: the only ones counted.
+            .set("delivery.report.only.error", "true")
             .create_with_context(LogContext {
                 dropped: dropped.clone(),
                 fatal: tx,
