@@ -69,10 +69,9 @@ impl Supervisor {
     /// process (a sink that may lag): `make` runs on a thread of its own, with a
     /// single-threaded tokio runtime of its own, `niceness` below the process's CPU priority
     /// (Linux: the thread's nice value is raised by that much, up to 19; the threads it
-    /// starts, librdkafka's among them, inherit it). What
-    /// `make` builds that does I/O (a database pool, a Kafka consumer) must be built inside
-    /// it, so that its I/O is driven by that runtime. A panic on the thread is a failure like
-    /// any other.
+    /// starts, librdkafka's among them, inherit it). What `make` builds that does I/O (a
+    /// database pool, a Kafka consumer) must be built inside it, so that its I/O is driven by
+    /// that runtime. A panic on the thread is a failure like any other.
     pub fn spawn_niced<M, F, E>(&mut self, name: &'static str, niceness: i32, make: M)
     where
         M: FnOnce() -> F + Send + 'static,
