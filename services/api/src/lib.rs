@@ -11,6 +11,7 @@
 
 #![forbid(unsafe_code)]
 
+mod app_cache;
 pub mod auth;
 pub mod config;
 pub mod error;
@@ -85,6 +86,8 @@ pub struct AppState {
     pub(crate) auth: Arc<Authenticator>,
     pub(crate) metrics: ApiMetrics,
     pub(crate) writer: MessageWriter,
+    /// Applications resolved for message creates.
+    pub(crate) apps: Arc<app_cache::AppCache>,
     /// None when retries are off: resends and recoveries cannot be delivered.
     pub(crate) replayer: Option<Arc<Replayer>>,
     /// Background recoveries and replays, awaited (up to the grace period) at shutdown.
@@ -149,6 +152,9 @@ pub async fn run(
         auth: auth.clone(),
         metrics,
         writer,
+        apps: Arc::new(app_cache::AppCache::new(Duration::from_millis(
+            cfg.api.key_cache_ms,
+        ))),
         replayer,
         tasks: tasks.clone(),
         portal: Arc::new(portal::PortalState::new(&cfg.api)),

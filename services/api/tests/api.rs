@@ -1187,3 +1187,66 @@ async fn message_pages_are_stable_while_messages_are_added() {
         .await;
     assert_eq!(back["data"], p1["data"]);
 }
+
+/// Message creates resolve their application through a cache (`api.key_cache_ms`); a change
+/// made through this API is seen by the next create, never a stale resolution: a renamed uid
+/// no longer resolves, the new one does, and a deleted application's uid and id are 404.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn message_creates_see_application_renames_and_deletes_at_once() {
+    let env = TestEnv::new(1).await.unwrap();
+    let mut cfg = common::api_config(&env);
+    cfg.api.key_cache_ms = 60_000; // long enough that only invalidation can explain a change
+    let api = Api::start(cfg).await;
+    let (s, app) = api
+        .op(
+            Method::POST,
+            "/api/v1/app",
+            Some(json!({"name": "shop", "uid": "shop"})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{app}");
+    let send = |uid: &'static str| {
+        let api = &api;
+        async move {
+            api.op(
+                Method::POST,
+                &format!("/api/v1/app/{uid}/msg"),
+                Some(json!({"eventType": "order.created", "payload": {"n": 1}})),
+            )
+            .await
+        }
+    };
+    let (s, b) = send("shop").await; // resolved and cached
+    assert_eq!(s, StatusCode::ACCEPTED, "{b}");
+
+    let (s, b) = api
+        .op(Method::PATCH, "/api/v1/app/shop", Some(json!({"uid": "store"})))
+        .await;
+    assert_eq!(s, StatusCode::OK, "{b}");
+    let (s, b) = send("shop").await;
+    assert_eq!(
+        s,
+        StatusCode::NOT_FOUND,
+        "the old uid was served from the cache: {b}"
+    );
+    let (s, b) = send("store").await;
+    assert_eq!(s, StatusCode::ACCEPTED, "{b}");
+
+    let (s, _) = api.op(Method::DELETE, "/api/v1/app/store", None).await;
+    assert_eq!(s, StatusCode::NO_CONTENT);
+    let (s, b) = send("store").await;
+    assert_eq!(
+        s,
+        StatusCode::NOT_FOUND,
+        "a deleted application took a message: {b}"
+    );
+    let id = app["id"].as_str().unwrap().to_string();
+    let (s, b) = api
+        .op(
+            Method::POST,
+            &format!("/api/v1/app/{id}/msg"),
+            Some(json!({"eventType": "order.created", "payload": {"n": 2}})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::NOT_FOUND, "by id too: {b}");
+}

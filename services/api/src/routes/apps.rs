@@ -138,6 +138,7 @@ pub async fn update(
             let app = applications::update(&state.pool, current.id, &f)
                 .await
                 .map_err(stored)?;
+            state.apps.forget(current.id);
             Ok((StatusCode::OK, axum::Json(out(app))))
         }
         None => match app_ref {
@@ -175,6 +176,7 @@ pub async fn patch(
     let app = applications::update(&state.pool, current.id, &f)
         .await
         .map_err(stored)?;
+    state.apps.forget(current.id);
     Ok(axum::Json(out(app)))
 }
 
@@ -192,5 +194,6 @@ pub async fn delete(
     let tenant = tenant_of(&state, &who, &app_id).await?;
     who.require_operator("delete applications")?;
     applications::delete(&state.pool, tenant).await?;
+    state.apps.forget(tenant);
     Ok(StatusCode::NO_CONTENT)
 }

@@ -95,7 +95,11 @@ pub async fn create(
     headers: HeaderMap,
     Json(input): Json<MessageIn>,
 ) -> ApiResult<impl IntoResponse> {
-    let tenant = match applications::resolve(&state.pool, &AppRef::parse(&app_id), who.scope()).await? {
+    let tenant = match state
+        .apps
+        .resolve(&state.pool, &AppRef::parse(&app_id), who.scope())
+        .await?
+    {
         Some(t) => t,
         None => create_app_for(&state, &who, &app_id, input.application.clone()).await?,
     };
