@@ -119,22 +119,16 @@ async fn a_member_with_every_permit_stuck_still_serves_a_rebalance_and_loses_not
 
     // A's work moves again: every record is finished, none skipped.
     open_a.send(true).unwrap();
-    let all_done = eventually(Duration::from_secs(30), || async {
-        let done: HashSet<(i32, i64)> = finished
+    let done = || -> HashSet<(i32, i64)> {
+        finished
             .lock()
             .unwrap()
             .iter()
             .map(|(_, p, o)| (*p, *o))
-            .collect();
-        done.len() == total
-    })
-    .await;
-    let done: HashSet<(i32, i64)> = finished
-        .lock()
-        .unwrap()
-        .iter()
-        .map(|(_, p, o)| (*p, *o))
-        .collect();
+            .collect()
+    };
+    let all_done = eventually(Duration::from_secs(30), || async { done().len() == total }).await;
+    let done = done();
     assert!(all_done, "{} of {total} records finished", done.len());
     let ends = env.end_offsets(&env.kafka.topics.events).await.unwrap();
     for (partition, end) in ends.iter().enumerate() {
