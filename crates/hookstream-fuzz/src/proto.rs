@@ -5,15 +5,16 @@
 
 use std::fmt::Debug;
 
-use hookstream_proto::{AttemptRecord, DeadLetter, DeliveryTask, EventEnvelope, Message};
+use hookstream_proto::{AttemptBatch, AttemptRecord, DeadLetter, DeliveryTask, EventEnvelope, Message};
 
 pub fn proto(data: &[u8]) {
     let (kind, record) = data.split_first().map_or((0, data), |(k, rest)| (*k, rest));
-    match kind % 4 {
+    match kind % 5 {
         0 => round_trip::<EventEnvelope>(record),
         1 => round_trip::<DeliveryTask>(record),
         2 => round_trip::<DeadLetter>(record),
-        _ => round_trip::<AttemptRecord>(record),
+        3 => round_trip::<AttemptRecord>(record),
+        _ => round_trip::<AttemptBatch>(record),
     }
 }
 

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use hookstream_config::{DatabaseConfig, KafkaConfig, RetryConfig, SecretsConfig, TopicsConfig};
 use hookstream_kafka::rdkafka::consumer::{BaseConsumer, Consumer};
+use hookstream_kafka::rdkafka::message::Headers as _;
 use hookstream_kafka::rdkafka::{Message as _, Offset, TopicPartitionList};
 use hookstream_kafka::TopicSpec;
 use hookstream_store::outbox::NewEvent;
@@ -359,6 +360,14 @@ fn read_topic(
                     .map(|k| String::from_utf8_lossy(k).into_owned())
                     .unwrap_or_default(),
                 payload: m.payload().unwrap_or_default().to_vec(),
+                headers: m
+                    .headers()
+                    .map(|hs| {
+                        hs.iter()
+                            .map(|h| (h.key.to_string(), h.value.unwrap_or_default().to_vec()))
+                            .collect()
+                    })
+                    .unwrap_or_default(),
             });
         }
     }
@@ -390,6 +399,14 @@ pub struct Record {
     pub timestamp_ms: Option<i64>,
     pub key: String,
     pub payload: Vec<u8>,
+    pub headers: Vec<(String, Vec<u8>)>,
+}
+
+impl Record {
+    /// The value of the first header named `key`.
+    pub fn header(&self, key: &str) -> Option<&[u8]> {
+        self.headers.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_slice())
+    }
 }
 
 /// Polls `check` every 50 ms until it returns true or `timeout` passes.

@@ -14,7 +14,9 @@
 //! librdkafka threads of its consumer. On an idle machine that costs nothing; when delivery
 //! needs every core (a backlog drain), the sink stores less until the burst is over.
 //!
-//! Rows are written in batches, their day partitions created first; while PostgreSQL is down
+//! A record is an `AttemptBatch` (header `hookstream-batch: attempts`) or, from dispatchers
+//! before batches, one `AttemptRecord`; it is finished when all its rows are stored. Rows are
+//! written in batches, their day partitions created first; while PostgreSQL is down
 //! the sink waits and skips nothing; a record read twice after a crash is stored once (the
 //! row's key). A record that does not decode, or whose row the database refuses, is counted
 //! and logged, and skipped: the delivery it describes happened, and one bad record must not
@@ -27,7 +29,7 @@ use std::time::Duration;
 use chrono::{DateTime, NaiveDate, Utc};
 use hookstream_config::{ConfigError, DatabaseConfig, KafkaConfig, Validate};
 use hookstream_kafka::{ConsumerMetrics, ConsumerSettings, Done, Fatal, Handler, Record, Start};
-use hookstream_proto::{AttemptRecord, Message as _};
+use hookstream_proto::{AttemptBatch, AttemptRecord, Message as _, BATCH_HEADER, BATCH_OF_ATTEMPTS};
 use hookstream_store::attempts::{self, NewAttempt};
 use hookstream_store::batch::Batcher;
 use hookstream_store::sqlx::PgPool;
@@ -41,8 +43,10 @@ use crate::attempt_log::LogMode;
 use crate::sink::{self, OnRefused, Stored};
 use crate::DispatcherMetrics;
 
-/// Records being stored at once.
-pub(crate) const MAX_IN_FLIGHT: usize = 2_048;
+/// Records being stored at once. A record is a batch of up to 128 attempts (and at most
+/// 256 KiB encoded, `attempt_log.rs`), so this bounds the rows in memory to 32,768 and the
+/// records' bytes to 64 MiB, while keeping the writer's 500-row statements full.
+pub(crate) const MAX_IN_FLIGHT: usize = 256;
 /// Most database connections of the sink's own pool (one batch is written at a time).
 const SINK_CONNECTIONS: u32 = 2;
 /// Rows written in one statement.
@@ -231,28 +235,18 @@ pub(crate) struct AttemptSink {
     pub(crate) shutdown: CancellationToken,
 }
 
-impl Handler for AttemptSink {
-    type Work = Option<NewAttempt>;
-
-    fn prepare(&self, record: Record) -> Start<Option<NewAttempt>> {
-        match to_row(&record.payload, self.max_body_bytes) {
-            Ok(row) => Start::Now(Some(row)),
-            Err(why) => {
-                self.metrics
-                    .attempt_sink_rows
-                    .with_label_values(&["undecodable"])
-                    .inc();
-                tracing::warn!(topic = %record.topic, partition = record.partition, offset = record.offset,
-                    reason = %why, "attempt record skipped");
-                Start::Now(None)
-            }
-        }
+impl AttemptSink {
+    fn skipped(&self, record: &Record, why: &str) {
+        self.metrics
+            .attempt_sink_rows
+            .with_label_values(&["undecodable"])
+            .inc();
+        tracing::warn!(topic = %record.topic, partition = record.partition, offset = record.offset,
+            reason = %why, "attempt record skipped");
     }
 
-    async fn run(self: Arc<Self>, row: Option<NewAttempt>) -> Result<Done, Fatal> {
-        let Some(row) = row else {
-            return Ok(Done::Finished);
-        };
+    /// Stores one row until it is committed (or refused, or shutdown comes first).
+    async fn store(&self, row: NewAttempt) -> Result<Done, Fatal> {
         let metrics = &self.metrics;
         let stored = sink::store(
             &self.writer,
@@ -276,6 +270,43 @@ impl Handler for AttemptSink {
     }
 }
 
+impl Handler for AttemptSink {
+    /// The rows of the record's attempts (one, or a batch's).
+    type Work = Vec<NewAttempt>;
+
+    fn prepare(&self, record: Record) -> Start<Vec<NewAttempt>> {
+        let records = match decode(&record) {
+            Ok(records) => records,
+            Err(why) => {
+                self.skipped(&record, &why);
+                return Start::Now(Vec::new());
+            }
+        };
+        let mut rows = Vec::with_capacity(records.len());
+        for r in records {
+            match to_row(r, self.max_body_bytes) {
+                Ok(row) => rows.push(row),
+                // One bad attempt in a batch skips only itself.
+                Err(why) => self.skipped(&record, &why),
+            }
+        }
+        Start::Now(rows)
+    }
+
+    /// The record is finished once every row of it is stored (they share the writer's
+    /// batches); unfinished if shutdown left any unstored.
+    async fn run(self: Arc<Self>, rows: Vec<NewAttempt>) -> Result<Done, Fatal> {
+        let stored = futures::future::join_all(rows.into_iter().map(|row| self.store(row))).await;
+        let mut done = Done::Finished;
+        for d in stored {
+            if d? == Done::Unfinished {
+                done = Done::Unfinished;
+            }
+        }
+        Ok(done)
+    }
+}
+
 fn time(ms: i64) -> Option<DateTime<Utc>> {
     (ms > 0).then(|| DateTime::from_timestamp_millis(ms)).flatten()
 }
@@ -284,9 +315,25 @@ fn id(text: &str, what: &str) -> Result<Uuid, String> {
     Uuid::parse_str(text).map_err(|_| format!("{what} {text:?} is not a UUID"))
 }
 
+/// The attempt records a record of the attempts topic holds: an `AttemptBatch` when its
+/// header says so, one `AttemptRecord` (from dispatchers before batches) when it has none.
+pub(crate) fn decode(record: &Record) -> Result<Vec<AttemptRecord>, String> {
+    match record.header(BATCH_HEADER) {
+        None => AttemptRecord::decode(record.payload.as_ref())
+            .map(|r| vec![r])
+            .map_err(|e| format!("undecodable attempt record: {e}")),
+        Some(v) if v == BATCH_OF_ATTEMPTS.as_bytes() => AttemptBatch::decode(record.payload.as_ref())
+            .map(|b| b.records)
+            .map_err(|e| format!("undecodable attempt batch: {e}")),
+        Some(v) => Err(format!(
+            "unknown {BATCH_HEADER} {:?} (a newer dispatcher's format?)",
+            String::from_utf8_lossy(v)
+        )),
+    }
+}
+
 /// The row of one attempt record; an error names what is wrong with it.
-pub(crate) fn to_row(payload: &[u8], max_body_bytes: usize) -> Result<NewAttempt, String> {
-    let r = AttemptRecord::decode(payload).map_err(|e| format!("undecodable attempt record: {e}"))?;
+pub(crate) fn to_row(r: AttemptRecord, max_body_bytes: usize) -> Result<NewAttempt, String> {
     let started_at = time(r.attempted_at_ms).ok_or("attempt record without a start time")?;
     let mut body = r.response.to_vec();
     let truncated = r.response_truncated || body.len() > max_body_bytes;
@@ -344,27 +391,60 @@ mod tests {
         }
     }
 
+    fn kafka_record(payload: Vec<u8>, header: Option<&str>) -> Record {
+        Record {
+            topic: "hookstream.attempts".into(),
+            partition: 0,
+            offset: 7,
+            timestamp_ms: None,
+            key: None,
+            payload: payload.into(),
+            headers: header
+                .map(|v| vec![(BATCH_HEADER.to_string(), v.as_bytes().to_vec().into())])
+                .unwrap_or_default(),
+        }
+    }
+
     #[test]
     fn a_record_becomes_its_row_and_the_body_is_cut_at_the_limit() {
-        let row = to_row(&record().encode_to_vec(), 4).unwrap();
+        let row = to_row(record(), 4).unwrap();
         assert_eq!(row.attempt, 2);
         assert_eq!(row.status, Some(503));
         assert_eq!(row.response_body.as_deref(), Some(&b"xxxx"[..]));
         assert!(row.response_truncated);
         assert_eq!(row.next_tier.as_deref(), Some("5s"));
         assert_eq!(row.next_due_at.unwrap().timestamp_millis(), 1_700_000_005_000);
-        let whole = to_row(&record().encode_to_vec(), 100).unwrap();
+        let whole = to_row(record(), 100).unwrap();
         assert!(!whole.response_truncated);
     }
 
     #[test]
+    fn batches_and_single_records_both_decode() {
+        let single = decode(&kafka_record(record().encode_to_vec(), None)).unwrap();
+        assert_eq!(single, vec![record()]);
+        let mut second = record();
+        second.attempt = 3;
+        let mut bytes = Vec::new();
+        hookstream_proto::append_attempt(&record(), &mut bytes);
+        hookstream_proto::append_attempt(&second, &mut bytes);
+        let batch = decode(&kafka_record(bytes.clone(), Some(BATCH_OF_ATTEMPTS))).unwrap();
+        assert_eq!(batch, vec![record(), second]);
+        // Without its header a batch is refused, not misread as one record.
+        assert!(decode(&kafka_record(bytes.clone(), None)).unwrap_err().contains("undecodable"));
+        let unknown = decode(&kafka_record(bytes, Some("attempts-v9"))).unwrap_err();
+        assert!(unknown.contains("attempts-v9"), "{unknown}");
+    }
+
+    #[test]
     fn bad_records_are_refused_with_a_reason() {
-        assert!(to_row(b"\xff\xff\xff", 10).unwrap_err().contains("undecodable"));
+        assert!(decode(&kafka_record(b"\xff\xff\xff".to_vec(), None))
+            .unwrap_err()
+            .contains("undecodable"));
         let mut r = record();
         r.event_id = "nope".into();
-        assert!(to_row(&r.encode_to_vec(), 10).unwrap_err().contains("event_id"));
+        assert!(to_row(r, 10).unwrap_err().contains("event_id"));
         let mut r = record();
         r.attempted_at_ms = 0;
-        assert!(to_row(&r.encode_to_vec(), 10).unwrap_err().contains("start time"));
+        assert!(to_row(r, 10).unwrap_err().contains("start time"));
     }
 }
