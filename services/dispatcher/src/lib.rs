@@ -52,6 +52,9 @@ pub use metrics::DispatcherMetrics;
 pub(crate) use context::now_ms;
 use context::Context;
 
+/// How long a stopping dispatcher waits for Kafka to take the attempt log's last records.
+const ATTEMPT_LOG_FLUSH: Duration = Duration::from_secs(5);
+
 #[derive(Debug, thiserror::Error)]
 pub enum DispatchError {
     #[error(transparent)]
@@ -190,7 +193,8 @@ pub async fn run(
         ),
     );
     sup.spawn("guard evictor", evict_idle_guards(ctx.clone(), shutdown.clone()));
-    sup.spawn("attempt log", ctx.attempt_log.watch(shutdown.clone()));
+    let (log, log_shutdown) = (ctx.clone(), shutdown.clone());
+    sup.spawn("attempt log", async move { log.attempt_log.watch(log_shutdown).await });
     let consumer = |role: Role, group: &str, topics: Vec<String>, max_in_flight: usize| ConsumerSettings {
         role: role.as_str(),
         group_id: group.to_string(),
@@ -288,7 +292,14 @@ pub async fn run(
     }
     health.set_ready(true);
     tracing::info!(roles = ?cfg.dispatcher.roles, "dispatcher running");
-    sup.wait().await?;
+    let stopped = sup.wait().await;
+    // Every role has stopped recording: what the attempt log holds goes to Kafka now (a
+    // dropped producer would purge it).
+    let log = ctx.clone();
+    if let Err(e) = tokio::task::spawn_blocking(move || log.attempt_log.flush(ATTEMPT_LOG_FLUSH)).await {
+        tracing::warn!(error = %e, "attempt log not flushed at shutdown");
+    }
+    stopped?;
     tracing::info!("dispatcher stopped");
     Ok(())
 }
