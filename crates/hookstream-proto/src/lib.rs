@@ -15,6 +15,7 @@ pub use v1::*;
 /// The header that marks a record of `hookstream.attempts` as an `AttemptBatch`, and its value.
 /// A record without it is one `AttemptRecord`.
 pub const BATCH_HEADER: &str = "hookstream-batch";
+/// The value of [`BATCH_HEADER`] on an `AttemptBatch`.
 pub const BATCH_OF_ATTEMPTS: &str = "attempts";
 
 /// The field number of `AttemptBatch.records`.
@@ -48,7 +49,13 @@ mod tests {
         }
         let batch = AttemptBatch::decode(buf.as_slice()).unwrap();
         assert_eq!(batch.records, vec![record(1), record(2), record(3)]);
-        assert_eq!(buf, AttemptBatch { records: batch.records }.encode_to_vec());
+        assert_eq!(
+            buf,
+            AttemptBatch {
+                records: batch.records
+            }
+            .encode_to_vec()
+        );
     }
 
     #[test]

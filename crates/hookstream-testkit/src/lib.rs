@@ -405,7 +405,10 @@ pub struct Record {
 impl Record {
     /// The value of the first header named `key`.
     pub fn header(&self, key: &str) -> Option<&[u8]> {
-        self.headers.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_slice())
+        self.headers
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_slice())
     }
 }
 

@@ -2,7 +2,7 @@
 //! `AttemptRecord`) without waiting, so it never slows delivery. Attempts are batched: each is
 //! encoded into the current `AttemptBatch` as it finishes, and the batch becomes one Kafka
 //! record (header `hookstream-batch: attempts`) at `BATCH_RECORDS` attempts or `BATCH_BYTES`,
-//! or `FLUSH_EVERY` after the last — at fan-out 10 a record per attempt cost a fifth of the
+//! or at the next `FLUSH_EVERY` tick — at fan-out 10 a record per attempt cost a fifth of the
 //! deliveries/s, most of it in producing and brokering the records. At shutdown, once every
 //! role has stopped, `flush` produces what is left and waits for Kafka to take it (dropping
 //! the producer would purge its queue). Records Kafka refuses are counted, per attempt
@@ -189,7 +189,8 @@ impl AttemptLog {
             let mut batch = self.batch.lock().unwrap_or_else(|e| e.into_inner());
             hookstream_proto::append_attempt(&record, &mut batch.bytes);
             batch.attempts += 1;
-            (batch.attempts >= BATCH_RECORDS || batch.bytes.len() >= BATCH_BYTES).then(|| std::mem::take(&mut *batch))
+            (batch.attempts >= BATCH_RECORDS || batch.bytes.len() >= BATCH_BYTES)
+                .then(|| std::mem::take(&mut *batch))
         };
         if let Some(batch) = full {
             self.produce(batch);
@@ -221,8 +222,8 @@ impl AttemptLog {
     }
 
     /// At shutdown, once nothing records any more: produces the last batch and waits up to
-    /// `timeout` for Kafka to take everything queued (what it has not taken then is counted
-    /// as dropped).
+    /// `timeout` for Kafka to take everything queued (what it has not taken by then is lost
+    /// with the process, and the warning says how many records).
     pub(crate) fn flush(&self, timeout: Duration) {
         self.produce_pending();
         if let Err(e) = self.producer.flush(timeout) {
@@ -231,8 +232,9 @@ impl AttemptLog {
         }
     }
 
-    /// Produces each batch `FLUSH_EVERY` after it began; returns an error when the producer
-    /// failed for good, otherwise at shutdown (the caller then `flush`es).
+    /// Produces the open batch every `FLUSH_EVERY` (so an attempt waits at most that long);
+    /// returns an error when the producer failed for good, otherwise at shutdown (the caller
+    /// then `flush`es).
     pub(crate) async fn watch(&self, shutdown: CancellationToken) -> Result<(), String> {
         let mut fatal = self.fatal.clone();
         let mut every = tokio::time::interval(FLUSH_EVERY);

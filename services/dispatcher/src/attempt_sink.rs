@@ -430,7 +430,9 @@ mod tests {
         let batch = decode(&kafka_record(bytes.clone(), Some(BATCH_OF_ATTEMPTS))).unwrap();
         assert_eq!(batch, vec![record(), second]);
         // Without its header a batch is refused, not misread as one record.
-        assert!(decode(&kafka_record(bytes.clone(), None)).unwrap_err().contains("undecodable"));
+        assert!(decode(&kafka_record(bytes.clone(), None))
+            .unwrap_err()
+            .contains("undecodable"));
         let unknown = decode(&kafka_record(bytes, Some("attempts-v9"))).unwrap_err();
         assert!(unknown.contains("attempts-v9"), "{unknown}");
     }

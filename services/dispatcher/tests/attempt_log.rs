@@ -74,11 +74,19 @@ async fn a_dispatcher_stopped_mid_delivery_produces_every_attempt_it_made() {
     let (attempts, records) = attempts_on_topic(&env).await;
     let ids: HashSet<&str> = attempts.iter().map(|a| a.event_id.as_str()).collect();
     assert_eq!(ids.len(), attempts.len(), "one attempt per event, none twice");
-    assert_eq!(attempts.len(), seen, "an attempt for every request the receiver saw");
+    assert_eq!(
+        attempts.len(),
+        seen,
+        "an attempt for every request the receiver saw"
+    );
     assert!(
         attempts.iter().all(|a| a.status == 204 && a.next == "delivered"),
         "every one delivered"
     );
-    assert!(records < attempts.len(), "batched: {records} records for {} attempts", attempts.len());
+    assert!(
+        records < attempts.len(),
+        "batched: {records} records for {} attempts",
+        attempts.len()
+    );
     eprintln!("{records} records for {} attempts", attempts.len());
 }
