@@ -1,33 +1,32 @@
 //! The attempt log: every HTTP attempt is produced to `hookstream.attempts` (protobuf
-//! `AttemptRecord`) without waiting, so it never slows delivery. Attempts are batched: each is
-//! encoded into the current `AttemptBatch` as it finishes, and the batch becomes one Kafka
-//! record (header `hookstream-batch: attempts`) at `BATCH_RECORDS` attempts or `BATCH_BYTES`,
-//! or at the next `FLUSH_EVERY` tick — at fan-out 10 a record per attempt cost a fifth of the
-//! deliveries/s, most of it in producing and brokering the records. At shutdown, once every
-//! role has stopped, `flush` produces what is left and waits for Kafka to take it (dropping
-//! the producer would purge its queue). Records Kafka refuses are counted, per attempt
-//! (`hookstream_dispatcher_attempt_records_dropped_total`), never retried. A producer that
-//! fails for good (a fatal idempotence error) stops the log: `watch` then returns an error and
-//! the supervisor restarts the process, instead of dropping every record silently. A SIGKILL
-//! loses what was not yet produced (at most `FLUSH_EVERY` plus the producer's linger).
+//! `AttemptRecord`) without waiting, so it never slows delivery. Records Kafka refuses are
+//! counted (`hookstream_dispatcher_attempt_records_dropped_total`), never retried. A producer
+//! that fails for good (a fatal idempotence error) stops the log: `watch` then returns an
+//! error and the supervisor restarts the process, instead of dropping every record silently.
+//! At shutdown, once every role has stopped, `flush` waits for Kafka to take what is queued
+//! (dropping the producer would purge its queue). A SIGKILL loses what the producer still
+//! held (its `linger.ms`, 20 ms).
+//!
+//! One record per attempt, keyed by endpoint. The sink also reads `AttemptBatch` records
+//! (many attempts in one), but producing them is not switched on: a version that batched
+//! (branch history: commit `f6207d4`) doubled the p50 and p99 commit → receipt at a steady
+//! 1,000 events/s with the sink running, for no fan-out gain shown (docs/benchmarks.md).
 //!
 //! `attempts.log` says which attempts are recorded: `all`, `failures` (every attempt that was
 //! not delivered) or `off`. Each record says why the attempt was made (`trigger`) and what
 //! happens next (`next`: delivered, retry at a due time in a tier, or dead-lettered); the
 //! attempt sink (`attempt_sink.rs`) stores them for `hookstream attempts` and `event show`.
 
-use std::sync::Mutex;
 use std::time::Duration;
 
 use hookstream_config::KafkaConfig;
 use hookstream_delivery::{Outcome, Verdict};
 use hookstream_kafka::rdkafka::error::KafkaError;
 use hookstream_kafka::rdkafka::message::DeliveryResult;
-use hookstream_kafka::rdkafka::message::{Header, OwnedHeaders};
 use hookstream_kafka::rdkafka::producer::{BaseRecord, Producer as _, ProducerContext, ThreadedProducer};
 use hookstream_kafka::rdkafka::types::RDKafkaErrorCode;
 use hookstream_kafka::rdkafka::ClientContext;
-use hookstream_proto::{AttemptRecord, EventEnvelope, ResponseHeader, BATCH_HEADER, BATCH_OF_ATTEMPTS};
+use hookstream_proto::{AttemptRecord, EventEnvelope, Message as _, ResponseHeader};
 use hookstream_telemetry::prometheus::IntCounter;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
@@ -83,13 +82,6 @@ pub(crate) enum Next {
     DeadLettered,
 }
 
-/// Most attempts in one Kafka record.
-const BATCH_RECORDS: usize = 128;
-/// A batch this large (encoded) is produced at once, however few attempts it holds.
-const BATCH_BYTES: usize = 256 * 1024;
-/// How long a batch waits for more attempts (the delay this adds to the delivery log).
-const FLUSH_EVERY: Duration = Duration::from_millis(10);
-
 /// The attempt log's producer.
 pub(crate) struct AttemptLog {
     producer: ThreadedProducer<LogContext>,
@@ -97,14 +89,6 @@ pub(crate) struct AttemptLog {
     mode: LogMode,
     dropped: IntCounter,
     fatal: watch::Receiver<Option<String>>,
-    batch: Mutex<Batch>,
-}
-
-/// The batch being gathered: encoded `AttemptBatch` bytes and how many attempts they hold.
-#[derive(Default)]
-struct Batch {
-    bytes: Vec<u8>,
-    attempts: usize,
 }
 
 /// One attempt, as the log records it.
@@ -121,8 +105,13 @@ pub(crate) struct Attempt<'a> {
 impl AttemptLog {
     pub(crate) fn new(kafka: &KafkaConfig, mode: LogMode, dropped: IntCounter) -> Result<Self, KafkaError> {
         let (tx, fatal) = watch::channel(None);
-        let producer = hookstream_kafka::producer_config(kafka, Duration::from_secs(30))
-            .set("linger.ms", "20")
+        let mut config = hookstream_kafka::producer_config(kafka, Duration::from_secs(30));
+        // Records are small and many: a longer linger than the hand-off producer's, unless
+        // the operator set one in `[kafka.client]`.
+        if !kafka.client.contains_key("linger.ms") {
+            config.set("linger.ms", "20");
+        }
+        let producer = config
             // A delivery report (and a callback on the poll thread) only for a record Kafka
             // did not take: the only ones counted.
             .set("delivery.report.only.error", "true")
@@ -136,7 +125,6 @@ impl AttemptLog {
             mode,
             dropped,
             fatal,
-            batch: Mutex::default(),
         })
     }
 
@@ -184,69 +172,42 @@ impl AttemptLog {
             payload_bytes: u32::try_from(a.event.payload.len()).unwrap_or(u32::MAX),
             committed_at_ms: a.event.created_at_ms,
             relayed_at_ms: a.event.relayed_at_ms,
-        };
-        let full = {
-            let mut batch = self.batch.lock().unwrap_or_else(|e| e.into_inner());
-            hookstream_proto::append_attempt(&record, &mut batch.bytes);
-            batch.attempts += 1;
-            (batch.attempts >= BATCH_RECORDS || batch.bytes.len() >= BATCH_BYTES)
-                .then(|| std::mem::take(&mut *batch))
-        };
-        if let Some(batch) = full {
-            self.produce(batch);
         }
-    }
-
-    /// Produces the batch gathered so far, if any.
-    fn produce_pending(&self) {
-        let batch = std::mem::take(&mut *self.batch.lock().unwrap_or_else(|e| e.into_inner()));
-        if batch.attempts > 0 {
-            self.produce(batch);
-        }
-    }
-
-    fn produce(&self, batch: Batch) {
-        let headers = OwnedHeaders::new().insert(Header {
-            key: BATCH_HEADER,
-            value: Some(BATCH_OF_ATTEMPTS),
-        });
-        // No key: the sink does not care which partition, and librdkafka's sticky
-        // partitioner fills one partition's request at a time.
-        let record = BaseRecord::<(), [u8], usize>::with_opaque_to(&self.topic, batch.attempts)
-            .payload(batch.bytes.as_slice())
-            .headers(headers);
-        if self.producer.send(record).is_err() {
+        .encode_to_vec();
+        let key = a.endpoint_id.to_string();
+        if self
+            .producer
+            .send(BaseRecord::to(&self.topic).key(&key).payload(&record))
+            .is_err()
+        {
             // Queue full or the topic unknown: counted, never waited for.
-            self.dropped.inc_by(batch.attempts as u64);
+            self.dropped.inc();
         }
     }
 
-    /// At shutdown, once nothing records any more: produces the last batch and waits up to
-    /// `timeout` for Kafka to take everything queued (what it has not taken by then is lost
-    /// with the process, and the warning says how many records).
+    /// At shutdown, once nothing records any more: waits up to `timeout` for Kafka to take
+    /// everything queued (what it has not taken by then is lost with the process, and the
+    /// warning says how many records).
     pub(crate) fn flush(&self, timeout: Duration) {
-        self.produce_pending();
         if let Err(e) = self.producer.flush(timeout) {
             let left = self.producer.in_flight_count();
             tracing::warn!(error = %e, records = left, "attempt log not flushed at shutdown");
         }
     }
 
-    /// Produces the open batch every `FLUSH_EVERY` (so an attempt waits at most that long);
-    /// returns an error when the producer failed for good, otherwise at shutdown (the caller
-    /// then `flush`es).
-    pub(crate) async fn watch(&self, shutdown: CancellationToken) -> Result<(), String> {
+    /// Returns an error when the producer failed for good; otherwise waits for shutdown.
+    pub(crate) fn watch(
+        &self,
+        shutdown: CancellationToken,
+    ) -> impl std::future::Future<Output = Result<(), String>> {
         let mut fatal = self.fatal.clone();
-        let mut every = tokio::time::interval(FLUSH_EVERY);
-        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
+        async move {
             tokio::select! {
-                changed = fatal.wait_for(Option::is_some) => return match changed {
+                changed = fatal.wait_for(Option::is_some) => match changed {
                     Ok(reason) => Err(format!("attempt-log producer failed: {}", reason.clone().unwrap_or_default())),
                     Err(_) => Err("attempt-log producer gone".into()),
                 },
-                _ = every.tick() => self.produce_pending(),
-                _ = shutdown.cancelled() => return Ok(()),
+                _ = shutdown.cancelled() => Ok(()),
             }
         }
     }
@@ -281,12 +242,11 @@ impl ClientContext for LogContext {
 }
 
 impl ProducerContext for LogContext {
-    /// How many attempts the record holds.
-    type DeliveryOpaque = usize;
+    type DeliveryOpaque = ();
 
-    fn delivery(&self, result: &DeliveryResult<'_>, attempts: usize) {
+    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
         if result.is_err() {
-            self.dropped.inc_by(attempts as u64);
+            self.dropped.inc();
         }
     }
 }

@@ -193,11 +193,7 @@ pub async fn run(
         ),
     );
     sup.spawn("guard evictor", evict_idle_guards(ctx.clone(), shutdown.clone()));
-    let (log, log_shutdown) = (ctx.clone(), shutdown.clone());
-    sup.spawn(
-        "attempt log",
-        async move { log.attempt_log.watch(log_shutdown).await },
-    );
+    sup.spawn("attempt log", ctx.attempt_log.watch(shutdown.clone()));
     let consumer = |role: Role, group: &str, topics: Vec<String>, max_in_flight: usize| ConsumerSettings {
         role: role.as_str(),
         group_id: group.to_string(),

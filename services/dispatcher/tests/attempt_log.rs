@@ -1,8 +1,7 @@
-//! The attempt log's producer (real Kafka and PostgreSQL): attempts go to the attempts topic
-//! in batches (`AttemptBatch`, header `hookstream-batch: attempts`), and a dispatcher stopped
-//! with SIGTERM while deliveries are under way still produces an attempt for every request
-//! its receiver saw (the attempts recorded last, while the roles finished, are flushed before
-//! the process exits instead of being purged with the producer).
+//! The attempt log's producer (real Kafka and PostgreSQL): a dispatcher stopped with SIGTERM
+//! while deliveries are under way still produces an attempt for every request its receiver
+//! saw (the attempts recorded last, while the roles finished, are flushed before the process
+//! exits instead of being purged with the producer).
 
 use std::collections::HashSet;
 use std::path::Path;
@@ -17,20 +16,18 @@ use tokio_util::sync::CancellationToken;
 
 mod common;
 
-/// Every attempt on the attempts topic, and how many Kafka records carried them.
-async fn attempts_on_topic(env: &TestEnv) -> (Vec<AttemptRecord>, usize) {
+/// Every attempt on the attempts topic (one per record, or a batch's).
+async fn attempts_on_topic(env: &TestEnv) -> Vec<AttemptRecord> {
     let records = env.read_all(&env.kafka.topics.attempts).await.unwrap();
     let mut attempts = Vec::new();
     for r in &records {
-        assert_eq!(
-            r.header(BATCH_HEADER),
-            Some(BATCH_OF_ATTEMPTS.as_bytes()),
-            "offset {} is a batch",
-            r.offset
-        );
-        attempts.extend(AttemptBatch::decode(r.payload.as_slice()).unwrap().records);
+        if r.header(BATCH_HEADER) == Some(BATCH_OF_ATTEMPTS.as_bytes()) {
+            attempts.extend(AttemptBatch::decode(r.payload.as_slice()).unwrap().records);
+        } else {
+            attempts.push(AttemptRecord::decode(r.payload.as_slice()).unwrap());
+        }
     }
-    (attempts, records.len())
+    attempts
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -49,6 +46,11 @@ async fn a_dispatcher_stopped_mid_delivery_produces_every_attempt_it_made() {
     // reads the topic itself.
     vars.push(("HOOKSTREAM_ATTEMPTS__SINK_ENABLED".into(), "false".into()));
     vars.push(("HOOKSTREAM_DLQ__SINK_ENABLED".into(), "false".into()));
+    // A long linger: what the producer holds at the stop is a second of attempts, which a
+    // stop without the flush would lose (with the default 20 ms the race is too short to see).
+    let config = env.log_path("dispatcher.toml");
+    std::fs::write(&config, "[kafka.client]\n\"linger.ms\" = \"1000\"\n").unwrap();
+    vars.push(("HOOKSTREAM_CONFIG".into(), config.display().to_string()));
     let dispatcher = ServiceProcess::spawn(
         Path::new(env!("CARGO_BIN_EXE_dispatcher")),
         &vars,
@@ -71,7 +73,7 @@ async fn a_dispatcher_stopped_mid_delivery_produces_every_attempt_it_made() {
 
     let seen = receiver.count();
     assert!(seen < 3_000, "stopped mid-way ({seen} requests)");
-    let (attempts, records) = attempts_on_topic(&env).await;
+    let attempts = attempts_on_topic(&env).await;
     let ids: HashSet<&str> = attempts.iter().map(|a| a.event_id.as_str()).collect();
     assert_eq!(ids.len(), attempts.len(), "one attempt per event, none twice");
     assert_eq!(
@@ -83,10 +85,4 @@ async fn a_dispatcher_stopped_mid_delivery_produces_every_attempt_it_made() {
         attempts.iter().all(|a| a.status == 204 && a.next == "delivered"),
         "every one delivered"
     );
-    assert!(
-        records < attempts.len(),
-        "batched: {records} records for {} attempts",
-        attempts.len()
-    );
-    eprintln!("{records} records for {} attempts", attempts.len());
 }
