@@ -3,6 +3,8 @@
 //! and the gauges' figures. The same statements are written out in docs/receiving.md for
 //! receivers in other languages.
 
+use std::collections::HashMap;
+
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use sqlx::{PgConnection, PgPool, Row as _};
@@ -83,6 +85,12 @@ pub struct Unparsable {
     pub error: String,
 }
 
+/// Where each claimed row is (its `ctid`) while the claiming transaction holds its lock:
+/// nothing else can update or remove a locked row, so [`mark`] finds it there directly
+/// (a TID scan), whatever the planner believes about the table's size.
+#[derive(Debug, Default)]
+pub struct Locked(HashMap<i64, String>);
+
 /// Claims up to `limit` due pending rows of `source` on `tx` (locked until it ends; rows
 /// other workers hold are skipped). A row with an ordering key is claimable only while no
 /// older pending row of its key exists, so a key's rows go one at a time, in arrival order.
@@ -90,9 +98,9 @@ pub async fn claim(
     tx: &mut PgConnection,
     source: &str,
     limit: i64,
-) -> Result<(Vec<Message>, Vec<Unparsable>), sqlx::Error> {
+) -> Result<(Vec<Message>, Vec<Unparsable>, Locked), sqlx::Error> {
     let rows = sqlx::query(
-        "SELECT i.id, i.message_id, i.event_type, i.ordering_key, i.payload::text AS payload,
+        "SELECT i.id, i.ctid::text AS tid, i.message_id, i.event_type, i.ordering_key, i.payload::text AS payload,
                 i.webhook_timestamp, i.received_at, i.pending_since, i.attempts, i.deferrals,
                 i.replays
            FROM hookstream_inbox.inbox i
@@ -111,8 +119,10 @@ pub async fn claim(
     .await?;
     let mut messages = Vec::with_capacity(rows.len());
     let mut bad = Vec::new();
+    let mut locked = Locked(HashMap::with_capacity(rows.len()));
     for row in rows {
         let id: i64 = row.try_get("id")?;
+        locked.0.insert(id, row.try_get("tid")?);
         let message_id: String = row.try_get("message_id")?;
         let text: String = row.try_get("payload")?;
         match serde_json::from_str(&text) {
@@ -137,7 +147,7 @@ pub async fn claim(
             }),
         }
     }
-    Ok((messages, bad))
+    Ok((messages, bad, locked))
 }
 
 /// What a batch decided for one row.
@@ -176,12 +186,14 @@ fn clean_reason(reason: &str) -> String {
     out
 }
 
-/// Writes every row's mark in one statement (on the batch's transaction).
-pub async fn mark(tx: &mut PgConnection, marks: &[(i64, Mark)]) -> Result<(), sqlx::Error> {
+/// Writes every row's mark in one statement (on the batch's transaction that claimed them,
+/// which `locked` comes from). Fails, so the batch rolls back, unless every row was marked.
+pub async fn mark(tx: &mut PgConnection, locked: &Locked, marks: &[(i64, Mark)]) -> Result<(), sqlx::Error> {
     if marks.is_empty() {
         return Ok(());
     }
     let mut ids = Vec::with_capacity(marks.len());
+    let mut tids = Vec::with_capacity(marks.len());
     let mut statuses = Vec::with_capacity(marks.len());
     let mut next_at: Vec<Option<DateTime<Utc>>> = Vec::with_capacity(marks.len());
     let mut reasons: Vec<Option<String>> = Vec::with_capacity(marks.len());
@@ -189,6 +201,11 @@ pub async fn mark(tx: &mut PgConnection, marks: &[(i64, Mark)]) -> Result<(), sq
     let mut failed = Vec::with_capacity(marks.len());
     for (id, m) in marks {
         ids.push(*id);
+        let tid = locked
+            .0
+            .get(id)
+            .ok_or_else(|| sqlx::Error::Protocol(format!("inbox row {id} was not claimed by this batch")))?;
+        tids.push(tid.as_str());
         match m {
             Mark::Processed => {
                 statuses.push("processed");
@@ -217,28 +234,100 @@ pub async fn mark(tx: &mut PgConnection, marks: &[(i64, Mark)]) -> Result<(), sq
             }
         }
     }
-    sqlx::query(
-        "UPDATE hookstream_inbox.inbox AS i
-            SET status = u.status,
-                next_attempt_at = coalesce(u.next_at, i.next_attempt_at),
-                last_reason = coalesce(u.reason, i.last_reason),
-                deferrals = i.deferrals + u.deferred,
-                attempts = i.attempts + u.failed,
-                processed_at = CASE WHEN u.status = 'processed' THEN clock_timestamp() END,
-                quarantined_at = CASE WHEN u.status = 'quarantined' THEN clock_timestamp() END
-           FROM unnest($1::int8[], $2::text[], $3::timestamptz[], $4::text[], $5::int4[], $6::int4[])
-                AS u(id, status, next_at, reason, deferred, failed)
-          WHERE i.id = u.id",
-    )
-    .bind(&ids)
-    .bind(&statuses)
-    .bind(&next_at)
-    .bind(&reasons)
-    .bind(&deferred)
-    .bind(&failed)
-    .execute(&mut *tx)
-    .await?;
+    // By `ctid` (checked against the id), and planned afresh each time: a cached generic
+    // plan made while the table was small (a new receiver's first seconds, before autovacuum
+    // analyzed it) joined by a sequential scan of the whole table, and stayed cached while the
+    // table grew, so every batch read every row: most of the benchmark's PostgreSQL time.
+    let cols = MarkColumns {
+        ids,
+        statuses,
+        next_at,
+        reasons,
+        deferred,
+        failed,
+    };
+    let marked = cols.update(tx, Some(&tids)).await?;
+    if marked.len() == marks.len() {
+        return Ok(());
+    }
+    // A row not where it was claimed: something updated it in this transaction (a handler
+    // that writes to the inbox itself). Those rows are marked by id, so the batch still ends.
+    let marked: std::collections::HashSet<i64> = marked.into_iter().collect();
+    let rest = cols.without(&marked);
+    let count = rest.ids.len();
+    let again = rest.update(tx, None).await?;
+    if again.len() != count {
+        return Err(sqlx::Error::Protocol(format!(
+            "marked {} of {} claimed inbox rows",
+            marks.len() - count + again.len(),
+            marks.len()
+        )));
+    }
     Ok(())
+}
+
+/// [`mark`]'s statement parameters, one entry per row.
+struct MarkColumns<'a> {
+    ids: Vec<i64>,
+    statuses: Vec<&'a str>,
+    next_at: Vec<Option<DateTime<Utc>>>,
+    reasons: Vec<Option<String>>,
+    deferred: Vec<i32>,
+    failed: Vec<i32>,
+}
+
+impl<'a> MarkColumns<'a> {
+    /// The rows whose id is not in `done`.
+    fn without(&self, done: &std::collections::HashSet<i64>) -> MarkColumns<'a> {
+        let keep: Vec<usize> = (0..self.ids.len())
+            .filter(|&i| !done.contains(&self.ids[i]))
+            .collect();
+        MarkColumns {
+            ids: keep.iter().map(|&i| self.ids[i]).collect(),
+            statuses: keep.iter().map(|&i| self.statuses[i]).collect(),
+            next_at: keep.iter().map(|&i| self.next_at[i]).collect(),
+            reasons: keep.iter().map(|&i| self.reasons[i].clone()).collect(),
+            deferred: keep.iter().map(|&i| self.deferred[i]).collect(),
+            failed: keep.iter().map(|&i| self.failed[i]).collect(),
+        }
+    }
+
+    /// Updates the rows (found by `ctid` and id with `tids`, else by id); returns the ids
+    /// updated.
+    async fn update(&self, tx: &mut PgConnection, tids: Option<&[&str]>) -> Result<Vec<i64>, sqlx::Error> {
+        let find = if tids.is_some() {
+            "i.ctid = u.tid AND i.id = u.id"
+        } else {
+            "i.id = u.id"
+        };
+        let sql = format!(
+            "UPDATE hookstream_inbox.inbox AS i
+                SET status = u.status,
+                    next_attempt_at = coalesce(u.next_at, i.next_attempt_at),
+                    last_reason = coalesce(u.reason, i.last_reason),
+                    deferrals = i.deferrals + u.deferred,
+                    attempts = i.attempts + u.failed,
+                    processed_at = CASE WHEN u.status = 'processed' THEN clock_timestamp() END,
+                    quarantined_at = CASE WHEN u.status = 'quarantined' THEN clock_timestamp() END
+               FROM unnest($1::int8[], $2::text[], $3::timestamptz[], $4::text[], $5::int4[], $6::int4[],
+                           $7::text[]::tid[])
+                    AS u(id, status, next_at, reason, deferred, failed, tid)
+              WHERE {find}
+             RETURNING i.id"
+        );
+        let none: Vec<&str> = Vec::new();
+        sqlx::query_scalar(&sql)
+            .bind(&self.ids)
+            .bind(&self.statuses)
+            .bind(&self.next_at)
+            .bind(&self.reasons)
+            .bind(&self.deferred)
+            .bind(&self.failed)
+            .bind(tids.unwrap_or(&none))
+            .persistent(false)
+            .fetch_all(&mut *tx)
+            .await
+    }
 }
 
 /// A quarantined row, for people.

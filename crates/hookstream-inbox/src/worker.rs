@@ -223,7 +223,7 @@ async fn run_batch<H: Handler>(
 ) -> Result<Batch, sqlx::Error> {
     let mut tx = pool.begin().await?;
     let limit = cfg.batch_size.clamp(1, crate::config::MAX_BATCH_SIZE);
-    let (messages, invalid) = store::claim(&mut tx, &cfg.source, limit).await?;
+    let (messages, invalid, locked) = store::claim(&mut tx, &cfg.source, limit).await?;
     if messages.is_empty() && invalid.is_empty() {
         tx.rollback().await?;
         return Ok(Batch::Decided(Vec::new()));
@@ -274,15 +274,16 @@ async fn run_batch<H: Handler>(
             invalid: false,
         });
     }
-    Ok(Batch::Decided(commit(tx, marks, decided).await?))
+    Ok(Batch::Decided(commit(tx, &locked, marks, decided).await?))
 }
 
 async fn commit(
     mut tx: sqlx::Transaction<'static, sqlx::Postgres>,
+    locked: &store::Locked,
     marks: Vec<(i64, Mark)>,
     decided: Vec<Decided>,
 ) -> Result<Vec<Decided>, sqlx::Error> {
-    store::mark(&mut tx, &marks).await?;
+    store::mark(&mut tx, locked, &marks).await?;
     tx.commit().await?;
     Ok(decided)
 }

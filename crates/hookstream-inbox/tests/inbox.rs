@@ -522,3 +522,57 @@ async fn the_inbox_migrates_beside_hookstreams_own_schema_and_the_sql_file_appli
         r.await.unwrap().unwrap();
     }
 }
+
+/// Touches its own inbox row inside the batch (which moves the row), and counts its runs.
+#[derive(Default)]
+struct Toucher {
+    runs: std::sync::atomic::AtomicUsize,
+}
+
+impl Handler for Toucher {
+    async fn handle(&self, conn: &mut PgConnection, m: &Message) -> Result<Outcome, HandlerError> {
+        self.runs.fetch_add(1, Ordering::SeqCst);
+        sqlx::query("UPDATE hookstream_inbox.inbox SET event_type = 'touched' WHERE id = $1")
+            .bind(m.id)
+            .execute(conn)
+            .await?;
+        Ok(Outcome::Done)
+    }
+}
+
+#[tokio::test]
+async fn a_handler_that_updates_its_own_inbox_row_still_gets_the_row_marked_once() {
+    let env = TestEnv::new(1).await.unwrap();
+    let secret = Secret::generate();
+    let cfg = InboxConfig {
+        batch_size: 8,
+        ..test_config("toucher", &secret)
+    };
+    let toucher = Arc::new(Toucher::default());
+    let served = serve(&env.pool, cfg, toucher.clone()).await;
+    let client = reqwest::Client::new();
+    for n in 0..20 {
+        let body = serde_json::to_vec(&serde_json::json!({ "n": n })).unwrap();
+        let r = post_signed(&client, &served.url, &secret, &format!("t-{n}"), &body).await;
+        assert_eq!(r.status(), 204);
+    }
+    // The mark finds claimed rows by where they were claimed; a row the handler moved is
+    // marked by id instead, so the batch still commits (else it would be retried forever).
+    assert!(
+        eventually(Duration::from_secs(20), || async {
+            statuses(&env.pool, "toucher").await.1 == 20
+        })
+        .await,
+        "processed (pending, processed, quarantined) = {:?}",
+        statuses(&env.pool, "toucher").await
+    );
+    assert_eq!(toucher.runs.load(Ordering::SeqCst), 20, "each row handled once");
+    let touched: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM hookstream_inbox.inbox WHERE source = 'toucher' AND event_type = 'touched'",
+    )
+    .fetch_one(&env.pool)
+    .await
+    .unwrap();
+    assert_eq!(touched, 20, "the handler's writes committed with the mark");
+    served.stop().await.expect("clean shutdown");
+}
