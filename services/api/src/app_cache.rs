@@ -4,7 +4,7 @@
 //! uid), for `api.key_cache_ms` (as key lookups are). A change made through this process
 //! (update, patch, delete) forgets the tenant at once; one made elsewhere shows within the TTL,
 //! and a message for an application deleted meanwhile is still refused by
-//! `hookstream.enqueue_message` (a 404), so the cache can only be late for a renamed uid.
+//! the group enqueue's tenant check (a 404), so the cache can only be late for a renamed uid.
 
 use std::collections::HashMap;
 use std::sync::Mutex;

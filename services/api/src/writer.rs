@@ -69,7 +69,7 @@ impl MessageWriter {
     }
 }
 
-/// `hookstream.enqueue_message`'s refusal, on the field it is about (the API checks these
+/// The group enqueue's refusal (`hookstream.enqueue`'s checks), on the field it is about (the API checks these
 /// before writing; this is for what only the database knows: the payload limit, a tenant
 /// deleted meanwhile).
 fn refusal(why: String) -> ApiError {
