@@ -781,6 +781,28 @@ async fn tenant_keys_see_only_their_tenant_and_read_only_keys_only_read() {
             .0,
         StatusCode::NOT_FOUND
     );
+    // The link opens a browser session that belongs to the token.
+    let browser = common::no_redirects();
+    let path = &url[url.find("/portal/login").expect("a portal login link")..];
+    let login = browser.get(format!("{}{path}", api.base)).send().await.unwrap();
+    assert_eq!(login.status(), StatusCode::SEE_OTHER);
+    let cookie = login.headers()["set-cookie"]
+        .to_str()
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_string();
+    let portal_page = || async {
+        browser
+            .get(format!("{}/portal", api.base))
+            .header("cookie", &cookie)
+            .send()
+            .await
+            .unwrap()
+            .status()
+    };
+    assert_eq!(portal_page().await, StatusCode::OK);
     assert_eq!(
         api.call(Some(pt), Method::POST, "/api/v1/auth/logout", None)
             .await
@@ -792,6 +814,11 @@ async fn tenant_keys_see_only_their_tenant_and_read_only_keys_only_read() {
             .await
             .0,
         StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(
+        portal_page().await,
+        StatusCode::UNAUTHORIZED,
+        "the browser session ended with its token"
     );
     let _ = Receiver::start(Behaviour::Ok).await;
 }

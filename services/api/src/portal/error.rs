@@ -64,6 +64,12 @@ impl IntoResponse for PortalError {
                 "Link expired",
                 "This portal link has expired. Ask for a new portal link.".into(),
             ),
+            PortalError::Link(LinkRefused::Revoked) => (
+                StatusCode::GONE,
+                "Access revoked",
+                "The access this portal link belongs to was signed out or has expired. Ask for a new portal link."
+                    .into(),
+            ),
             PortalError::ReadOnly => (
                 StatusCode::FORBIDDEN,
                 "Read-only access",

@@ -131,7 +131,7 @@ pub async fn login(State(state): State<AppState>, headers: HeaderMap, RawQuery(q
         .map_err(PortalError::Link)?;
     let ttl = chrono::Duration::seconds(state.cfg.portal_session_ttl_s as i64);
     let expires_at = Utc::now() + ttl;
-    let id = portal::create_session(&state.pool, grant.tenant_id, grant.read_only, expires_at).await?;
+    let id = portal::create_session(&state.pool, &grant, expires_at).await?;
     state.portal.tidy();
     tracing::info!(tenant = %grant.tenant_id, read_only = grant.read_only, "portal session started");
     let cookie = format!(

@@ -57,7 +57,7 @@ pub async fn app_portal_access(
     // A read-only caller can only hand out read-only access.
     let caller_read_only = matches!(who, Principal::Tenant { read_only: true, .. });
     let read_only = input.read_only.unwrap_or(false) || caller_read_only;
-    let (_, token) = api_keys::create(
+    let (key, token) = api_keys::create(
         &state.pool,
         &NewKey {
             tenant_id: tenant,
@@ -69,7 +69,8 @@ pub async fn app_portal_access(
     )
     .await?;
     let link_expiry = Utc::now() + chrono::Duration::seconds(state.cfg.portal_link_ttl_s as i64);
-    let link = hookstream_store::portal::create_link(&state.pool, tenant, read_only, link_expiry).await?;
+    // The link, and the session it opens, live only while this token does.
+    let link = hookstream_store::portal::create_link(&state.pool, key.id, read_only, link_expiry).await?;
     Ok(axum::Json(AppPortalAccessOut {
         url: format!(
             "{}/login?token={link}",
