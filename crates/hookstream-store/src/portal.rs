@@ -96,14 +96,11 @@ pub async fn consume_link(pool: &PgPool, token: &str) -> Result<Result<Grant, Li
         return Ok(Ok(g));
     }
     // Refused: say why (the UPDATE above is what decides; this only explains).
-    let why: Option<(Option<DateTime<Utc>>, bool)> = sqlx::query_as(&format!(
-        "SELECT l.used_at, l.expires_at <= now() FROM hookstream.portal_links l
-           JOIN hookstream.api_keys k ON k.id = l.key_id
-          WHERE l.hash = $1"
-    ))
-    .bind(h.as_slice())
-    .fetch_optional(pool)
-    .await?;
+    let why: Option<(Option<DateTime<Utc>>, bool)> =
+        sqlx::query_as("SELECT used_at, expires_at <= now() FROM hookstream.portal_links WHERE hash = $1")
+            .bind(h.as_slice())
+            .fetch_optional(pool)
+            .await?;
     Ok(Err(match why {
         None => LinkRefused::Unknown,
         Some((Some(_), _)) => LinkRefused::Used,
