@@ -49,6 +49,9 @@ struct Args {
     /// Concurrent group writers.
     #[arg(long, default_value_t = 2)]
     writers: usize,
+    /// Microseconds a write batch waits for more requests (`inbox.write_linger_us`).
+    #[arg(long, default_value_t = 0)]
+    write_linger_us: u64,
     /// Threads of the receiver's runtime.
     #[arg(long, default_value_t = 2)]
     server_threads: usize,
@@ -117,6 +120,7 @@ fn main() -> anyhow::Result<()> {
             workers: args.workers,
             batch_size: args.batch_size,
             writers: args.writers,
+            write_linger_us: args.write_linger_us,
             poll_interval_ms: 50,
             stats_interval_ms: 1_000,
             ..Default::default()

@@ -30,6 +30,9 @@ impl From<&str> for SecretText {
 /// (`PGPROC_MAX_CACHED_SUBXIDS`).
 pub const MAX_BATCH_SIZE: i64 = 64;
 
+/// Longest `write_linger_us` accepted (20 ms).
+pub const MAX_WRITE_LINGER_US: u64 = 20_000;
+
 /// One inbox route and its workers.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -55,6 +58,10 @@ pub struct InboxConfig {
     pub write_batch: usize,
     /// Writers storing batches concurrently (while one commits, the next batch gathers).
     pub writers: usize,
+    /// Microseconds a batch waits after its first request for more before it is stored (0:
+    /// store what has gathered at once). Larger batches cost the database less per row, and
+    /// every acknowledgement waits this much longer.
+    pub write_linger_us: u64,
     /// Worker tasks processing rows of this source.
     pub workers: usize,
     /// Most rows one worker claims in one transaction (1 to 64: each row that writes runs in
@@ -102,6 +109,7 @@ impl Default for InboxConfig {
             ordering_key: None,
             write_batch: 256,
             writers: 2,
+            write_linger_us: 0,
             workers: 2,
             batch_size: 50,
             poll_interval_ms: 250,
@@ -208,6 +216,11 @@ impl Validate for InboxConfig {
         if let Some((key, _)) = positive.iter().find(|(_, v)| *v == 0) {
             return Err(ConfigError::new(format!("{key} must be at least 1")));
         }
+        if self.write_linger_us > MAX_WRITE_LINGER_US {
+            return Err(ConfigError::new(format!(
+                "inbox.write_linger_us must be at most {MAX_WRITE_LINGER_US} (every acknowledgement waits it)"
+            )));
+        }
         if self.batch_size > MAX_BATCH_SIZE {
             return Err(ConfigError::new(format!(
                 "inbox.batch_size must be at most {MAX_BATCH_SIZE} (one subtransaction per row; PostgreSQL caches 64 per transaction)"
@@ -278,6 +291,13 @@ mod tests {
                     ..valid()
                 },
                 "inbox.ordering_key",
+            ),
+            (
+                InboxConfig {
+                    write_linger_us: MAX_WRITE_LINGER_US + 1,
+                    ..valid()
+                },
+                "inbox.write_linger_us",
             ),
             (
                 InboxConfig {

@@ -139,24 +139,26 @@ impl Receiver {
         for _ in 0..cfg.writers.max(1) {
             let (pool, source, wake) = (pool.clone(), cfg.source.clone(), wake.clone());
             let (received, duplicates) = (received.clone(), duplicates.clone());
-            let (batcher, writer) = Batcher::new(cfg.write_batch, move |rows: Vec<NewMessage>| {
-                let (pool, source, wake) = (pool.clone(), source.clone(), wake.clone());
-                let (received, duplicates) = (received.clone(), duplicates.clone());
-                async move {
-                    let result = store::insert_batch(&pool, &source, &rows)
-                        .await
-                        .map_err(store_error);
-                    if let Ok(new) = &result {
-                        let stored = new.iter().filter(|n| **n).count() as u64;
-                        received.inc_by(stored);
-                        duplicates.inc_by(new.len() as u64 - stored);
-                        if stored > 0 {
-                            wake.notify_one();
+            let linger = std::time::Duration::from_micros(cfg.write_linger_us);
+            let (batcher, writer) =
+                Batcher::with_linger(cfg.write_batch, linger, move |rows: Vec<NewMessage>| {
+                    let (pool, source, wake) = (pool.clone(), source.clone(), wake.clone());
+                    let (received, duplicates) = (received.clone(), duplicates.clone());
+                    async move {
+                        let result = store::insert_batch(&pool, &source, &rows)
+                            .await
+                            .map_err(store_error);
+                        if let Ok(new) = &result {
+                            let stored = new.iter().filter(|n| **n).count() as u64;
+                            received.inc_by(stored);
+                            duplicates.inc_by(new.len() as u64 - stored);
+                            if stored > 0 {
+                                wake.notify_one();
+                            }
                         }
+                        (rows, result)
                     }
-                    (rows, result)
-                }
-            });
+                });
             handles.push(batcher);
             writers.push(Box::pin(writer) as Writer);
         }

@@ -5,13 +5,16 @@
 //!
 //! Batches form greedily: the writer takes the first waiting row, then every row already
 //! queued behind it (up to `max_rows`), and writes. No row waits for a batch to fill: while one
-//! batch is being written the next one gathers. A batch the database refuses as invalid is
+//! batch is being written the next one gathers. A writer made `with_linger` waits up to that
+//! long after a batch's first row for more (or until `max_rows`): fewer, larger statements for
+//! that much more latency. A batch the database refuses as invalid is
 //! written again row by row, so one bad row fails alone. Any other failure is handed back to
 //! every submitter of the batch with its row, and each decides whether to retry (they own the
 //! backoff and the shutdown). The writer stops when every `Batcher` handle is dropped: rows
 //! submitted before that are always answered.
 
 use std::future::Future;
+use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
@@ -53,9 +56,23 @@ impl<T: Send + 'static, R: Send + 'static> Batcher<T, R> {
         W: Fn(Vec<T>) -> Fut + Send + 'static,
         Fut: Future<Output = (Vec<T>, Result<Vec<R>, StoreError>)> + Send,
     {
+        Self::with_linger(max_rows, Duration::ZERO, write)
+    }
+
+    /// As [`Batcher::new`], and a batch waits up to `linger` after its first row for more
+    /// rows (until `max_rows` have gathered) before it is written.
+    pub fn with_linger<W, Fut>(
+        max_rows: usize,
+        linger: Duration,
+        write: W,
+    ) -> (Self, impl Future<Output = ()> + Send)
+    where
+        W: Fn(Vec<T>) -> Fut + Send + 'static,
+        Fut: Future<Output = (Vec<T>, Result<Vec<R>, StoreError>)> + Send,
+    {
         let max_rows = max_rows.max(1);
         let (tx, rx) = mpsc::channel(max_rows);
-        (Self { tx }, writer(rx, max_rows, write))
+        (Self { tx }, writer(rx, max_rows, linger, write))
     }
 
     /// Submits a row and waits until it is written (or refused).
@@ -69,13 +86,27 @@ impl<T: Send + 'static, R: Send + 'static> Batcher<T, R> {
     }
 }
 
-async fn writer<T, R, W, Fut>(mut rx: mpsc::Receiver<(T, Reply<T, R>)>, max_rows: usize, write: W)
-where
+async fn writer<T, R, W, Fut>(
+    mut rx: mpsc::Receiver<(T, Reply<T, R>)>,
+    max_rows: usize,
+    linger: Duration,
+    write: W,
+) where
     W: Fn(Vec<T>) -> Fut,
     Fut: Future<Output = (Vec<T>, Result<Vec<R>, StoreError>)>,
 {
     let mut pending = Vec::with_capacity(max_rows);
     while rx.recv_many(&mut pending, max_rows).await > 0 {
+        if !linger.is_zero() {
+            let until = tokio::time::Instant::now() + linger;
+            while pending.len() < max_rows {
+                let room = max_rows - pending.len();
+                match tokio::time::timeout_at(until, rx.recv_many(&mut pending, room)).await {
+                    Ok(0) | Err(_) => break, // every handle dropped, or the linger is over
+                    Ok(_) => {}
+                }
+            }
+        }
         let (rows, replies): (Vec<T>, Vec<Reply<T, R>>) = pending.drain(..).unzip();
         let (rows, result) = write(rows).await;
         match result {
@@ -165,6 +196,35 @@ mod tests {
         writer.await.unwrap();
         let n = calls.load(Ordering::SeqCst);
         assert!(n < 64, "64 rows took {n} writes: not batched");
+    }
+
+    #[tokio::test]
+    async fn a_lingering_writer_waits_its_linger_for_more_rows() {
+        let linger = Duration::from_millis(200);
+        let calls = Arc::new(AtomicUsize::new(0));
+        let (batcher, writer) = Batcher::with_linger(64, linger, evens(calls.clone()));
+        let writer = tokio::spawn(writer);
+        // A second row 10 ms after the first: without the linger the first is written alone
+        // by then; with it, they share one write.
+        let started = std::time::Instant::now();
+        let b = batcher.clone();
+        let first = tokio::spawn(async move { b.submit(2).await.ok() });
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert_eq!(batcher.submit(4).await.ok(), Some(40));
+        assert_eq!(first.await.unwrap(), Some(20));
+        assert_eq!(
+            calls.load(Ordering::SeqCst),
+            1,
+            "one write for rows within the linger"
+        );
+        assert!(started.elapsed() >= linger, "answered before the linger was over");
+        // A row alone waits the linger out, then is written.
+        let lone = std::time::Instant::now();
+        assert_eq!(batcher.submit(6).await.ok(), Some(60));
+        assert!(lone.elapsed() >= linger);
+        assert_eq!(calls.load(Ordering::SeqCst), 2);
+        drop(batcher);
+        writer.await.unwrap();
     }
 
     #[tokio::test]
