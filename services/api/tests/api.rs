@@ -783,16 +783,7 @@ async fn tenant_keys_see_only_their_tenant_and_read_only_keys_only_read() {
     );
     // The link opens a browser session that belongs to the token.
     let browser = common::no_redirects();
-    let path = &url[url.find("/portal/login").expect("a portal login link")..];
-    let login = browser.get(format!("{}{path}", api.base)).send().await.unwrap();
-    assert_eq!(login.status(), StatusCode::SEE_OTHER);
-    let cookie = login.headers()["set-cookie"]
-        .to_str()
-        .unwrap()
-        .split(';')
-        .next()
-        .unwrap()
-        .to_string();
+    let cookie = common::open_portal_link(&api, url).await;
     let portal_page = || async {
         browser
             .get(format!("{}/portal", api.base))

@@ -46,16 +46,7 @@ async fn the_portal_logs_no_secret() {
     let url = common::portal_link(&api, "acme", false).await;
     let token = url.split("token=").nth(1).unwrap().to_string();
     let http = common::no_redirects();
-    let path = &url[url.find("/portal/login").unwrap()..];
-    let r = http.get(format!("{}{path}", api.base)).send().await.unwrap();
-    assert_eq!(r.status(), StatusCode::SEE_OTHER);
-    let cookie = r.headers()["set-cookie"]
-        .to_str()
-        .unwrap()
-        .split(';')
-        .next()
-        .unwrap()
-        .to_string();
+    let cookie = common::open_portal_link(&api, &url).await;
     let session_id = cookie.trim_start_matches("hs_portal=").to_string();
     let page = http
         .get(format!("{}/portal", api.base))

@@ -202,20 +202,8 @@ pub fn no_redirects() -> reqwest::Client {
 /// its forms.
 pub async fn portal_session(api: &Api, app: &str, read_only: bool) -> (String, String) {
     let url = portal_link(api, app, read_only).await;
-    let path = &url[url.find("/portal/login").expect("a portal login link")..];
+    let cookie = open_portal_link(api, &url).await;
     let client = no_redirects();
-    let r = client.get(format!("{}{path}", api.base)).send().await.unwrap();
-    assert_eq!(r.status(), StatusCode::SEE_OTHER);
-    let cookie = r
-        .headers()
-        .get("set-cookie")
-        .expect("a session cookie")
-        .to_str()
-        .unwrap()
-        .split(';')
-        .next()
-        .unwrap()
-        .to_string();
     let page = client
         .get(format!("{}/portal", api.base))
         .header("cookie", &cookie)
@@ -226,6 +214,27 @@ pub async fn portal_session(api: &Api, app: &str, read_only: bool) -> (String, S
         .await
         .unwrap();
     (cookie, csrf_of(&page))
+}
+
+/// Opens a portal login link (`app-portal-access`'s `url`) as a browser does: expects the
+/// 303 and returns its session cookie (`hs_portal=…`).
+pub async fn open_portal_link(api: &Api, url: &str) -> String {
+    let path = &url[url.find("/portal/login").expect("a portal login link")..];
+    let r = no_redirects()
+        .get(format!("{}{path}", api.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    r.headers()
+        .get("set-cookie")
+        .expect("a session cookie")
+        .to_str()
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_string()
 }
 
 /// The CSRF token in a portal page's forms.
