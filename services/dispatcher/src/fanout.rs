@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+use futures::stream::{FuturesUnordered, StreamExt as _};
 use hookstream_proto::{DeadLetter, DeliveryTask, EventEnvelope, SourcePosition};
 use uuid::Uuid;
 
@@ -68,14 +69,24 @@ pub(crate) async fn route_and_deliver(
         },
         _ = ctx.shutdown.cancelled() => return Ok(false),
     };
-    let deliveries = endpoints
-        .iter()
-        .map(|ep| outcome::attempt(ctx, &event, ep, 1, 0, &origin, Trigger::First));
-    let mut finished = true;
-    for result in futures::future::join_all(deliveries).await {
-        finished &= result?;
+    if let [ep] = endpoints.as_slice() {
+        return outcome::attempt(ctx, &event, ep, 1, 0, &origin, Trigger::First).await;
     }
-    Ok(finished)
+    // Polled as they wake: `join_all` polls every delivery of the event whenever any one of
+    // them wakes (its small-set form), ten polls of reqwest futures for each response at
+    // fan-out 10. Every delivery still runs to its end before an error is returned.
+    let mut deliveries: FuturesUnordered<_> = endpoints
+        .iter()
+        .map(|ep| outcome::attempt(ctx, &event, ep, 1, 0, &origin, Trigger::First))
+        .collect();
+    let mut finished = Ok(true);
+    while let Some(result) = deliveries.next().await {
+        finished = match (finished, result) {
+            (Err(e), _) | (Ok(_), Err(e)) => Err(e),
+            (Ok(all), Ok(this)) => Ok(all && this),
+        };
+    }
+    finished
 }
 
 /// The tenant is unknown to a snapshot at least as new as the event: routed again later
