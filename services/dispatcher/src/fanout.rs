@@ -69,16 +69,14 @@ pub(crate) async fn route_and_deliver(
         },
         _ = ctx.shutdown.cancelled() => return Ok(false),
     };
+    let deliver = |ep| outcome::attempt(ctx, &event, ep, 1, 0, &origin, Trigger::First);
     if let [ep] = endpoints.as_slice() {
-        return outcome::attempt(ctx, &event, ep, 1, 0, &origin, Trigger::First).await;
+        return deliver(ep).await;
     }
     // Polled as they wake: `join_all` polls every delivery of the event whenever any one of
     // them wakes (its small-set form), ten polls of reqwest futures for each response at
     // fan-out 10. Every delivery still runs to its end before an error is returned.
-    let mut deliveries: FuturesUnordered<_> = endpoints
-        .iter()
-        .map(|ep| outcome::attempt(ctx, &event, ep, 1, 0, &origin, Trigger::First))
-        .collect();
+    let mut deliveries: FuturesUnordered<_> = endpoints.iter().map(|ep| deliver(ep)).collect();
     let mut finished = Ok(true);
     while let Some(result) = deliveries.next().await {
         finished = match (finished, result) {
