@@ -253,6 +253,7 @@ async fn publish_steadily(env: &TestEnv, tenant: uuid::Uuid, events: usize, per_
 async fn a_black_hole_endpoint_does_not_slow_nine_healthy_ones() {
     const EVENTS: usize = 600;
     const PER_S: usize = 100;
+    const HOLE_TIMEOUT_MS: i32 = 1_000;
     let env = TestEnv::new(4).await.unwrap();
     let cfg = config(&env, vec![1_000, 2_000, 4_000, 8_000]);
     let token = common::start_pipeline(&env, cfg);
@@ -299,7 +300,7 @@ async fn a_black_hole_endpoint_does_not_slow_nine_healthy_ones() {
         &hole,
         NewEndpoint {
             tenant_id: noisy,
-            timeout_ms: Some(1_000),
+            timeout_ms: Some(HOLE_TIMEOUT_MS),
             ..Default::default()
         },
     )
@@ -327,9 +328,15 @@ async fn a_black_hole_endpoint_does_not_slow_nine_healthy_ones() {
         took.as_secs_f64(),
         hole.count()
     );
-    // Generous bounds: this checks isolation, not speed (the benchmark measures speed).
+    // Generous bounds: this checks isolation, not speed (the benchmark measures speed). A
+    // healthy delivery held behind the black hole waits for its 1 s timeout, so coupling shows
+    // as a tail near a second; the bound sits at half that. The tail is not held to a multiple
+    // of the baseline's: one scheduler stall of the shared 2-core CI machine during the second
+    // phase lifts the p99 of 100 events/s by its length (a CI run saw 20.9 → 176.7 ms while
+    // local runs of the same build were within ±4 ms).
     assert!(n50 <= b50 * 2.0 + 20.0, "median slowed: {b50:.1} → {n50:.1} ms");
-    assert!(n99 <= b99 * 3.0 + 100.0, "tail slowed: {b99:.1} → {n99:.1} ms");
+    let held = f64::from(HOLE_TIMEOUT_MS) / 2.0;
+    assert!(n99 <= b99 + held, "tail slowed: {b99:.1} → {n99:.1} ms");
     assert!(
         hole.count() < EVENTS,
         "the black hole was not sent every event at once ({} requests): its cap and breaker held",
