@@ -14,9 +14,10 @@ use serde::Serialize;
 use sqlx::{PgPool, Postgres, QueryBuilder};
 use uuid::Uuid;
 
+use crate::copy::BinaryCopy;
 use crate::StoreError;
 
-/// Rows per INSERT (22 binds each, under PostgreSQL's 65,535).
+/// Rows per insert (one COPY and one statement).
 pub const MAX_ROWS_PER_INSERT: usize = 1_000;
 /// Longest error message stored.
 const MAX_ERROR_CHARS: usize = 1_000;
@@ -92,10 +93,19 @@ pub fn days_of(rows: &[NewAttempt]) -> HashSet<NaiveDate> {
     rows.iter().map(|r| r.started_at.date_naive()).collect()
 }
 
-/// Stores `rows` in one statement (their day partitions must exist: `ensure_partition`), and
-/// adds those stored for the first time to the per endpoint statistics
-/// (`crate::attempt_stats`) in the same transaction. Returns per row whether it was stored
-/// (`false`: stored before, or a repeat in the batch).
+/// The columns the sink writes, in COPY order.
+const COLUMNS: &str = "started_at, event_id, endpoint_id, attempt, tenant_id, trigger, duration_ms, \
+    status, outcome, error_class, error, response_headers, response_body, response_truncated, \
+    next, next_due_at, next_tier, event_type, aggregate_id, payload_bytes, committed_at, relayed_at";
+/// How many of them.
+const FIELDS: i16 = 22;
+
+/// Stores `rows` (their day partitions must exist: `ensure_partition`): copied (binary
+/// `COPY`) into a temporary table of the connection's, emptied at every commit, then inserted
+/// from it in one statement whose text never changes, so that PostgreSQL neither binds 22
+/// parameters per row nor plans a statement per batch size. Adds those stored for the first
+/// time to the per endpoint statistics (`crate::attempt_stats`) in the same transaction.
+/// Returns per row whether it was stored (`false`: stored before, or a repeat in the batch).
 pub async fn insert_many(pool: &PgPool, rows: &[NewAttempt]) -> Result<Vec<bool>, StoreError> {
     if rows.is_empty() {
         return Ok(Vec::new());
@@ -106,51 +116,37 @@ pub async fn insert_many(pool: &PgPool, rows: &[NewAttempt]) -> Result<Vec<bool>
             rows.len()
         )));
     }
-    let mut q = QueryBuilder::<Postgres>::new(
-        "INSERT INTO hookstream.attempts
-            (started_at, event_id, endpoint_id, attempt, tenant_id, trigger, duration_ms, status,
-             outcome, error_class, error, response_headers, response_body, response_truncated,
-             next, next_due_at, next_tier, event_type, aggregate_id, payload_bytes, committed_at,
-             relayed_at) ",
-    );
-    q.push_values(rows, |mut b, a| {
-        let headers = serde_json::to_value(
-            a.response_headers
-                .iter()
-                .map(|(n, v)| [clean(n, 256), clean(v, 1024)])
-                .collect::<Vec<_>>(),
-        )
-        .unwrap_or_default();
-        b.push_bind(a.started_at)
-            .push_bind(a.event_id)
-            .push_bind(a.endpoint_id)
-            .push_bind(a.attempt)
-            .push_bind(a.tenant_id)
-            .push_bind(clean(&a.trigger, MAX_LABEL_CHARS))
-            .push_bind(a.duration_ms)
-            .push_bind(a.status)
-            .push_bind(clean(&a.outcome, MAX_LABEL_CHARS))
-            .push_bind(clean(&a.error_class, MAX_LABEL_CHARS))
-            .push_bind(clean(&a.error, MAX_ERROR_CHARS))
-            .push_bind(headers)
-            .push_bind(a.response_body.as_deref())
-            .push_bind(a.response_truncated)
-            .push_bind(clean(&a.next, MAX_LABEL_CHARS))
-            .push_bind(a.next_due_at)
-            .push_bind(a.next_tier.as_deref().map(|t| clean(t, MAX_LABEL_CHARS)))
-            .push_bind(a.event_type.as_deref().map(|t| clean(t, 256)))
-            .push_bind(a.aggregate_id.as_deref().map(|t| clean(t, 256)))
-            .push_bind(a.payload_bytes)
-            .push_bind(a.committed_at)
-            .push_bind(a.relayed_at);
-    });
-    q.push(" ON CONFLICT DO NOTHING RETURNING started_at, event_id, endpoint_id, attempt");
+    let data = copy_data(rows)?;
     let mut tx = pool.begin().await?;
-    let stored: Vec<(DateTime<Utc>, Uuid, Uuid, i32)> = q
-        .build_query_as()
-        .fetch_all(&mut *tx)
-        .await
-        .map_err(StoreError::from_db)?;
+    // Made once per connection (kept after the commit that made it; its rows are not).
+    let staged: bool = sqlx::query_scalar("SELECT to_regclass('pg_temp.attempts_in') IS NOT NULL")
+        .fetch_one(&mut *tx)
+        .await?;
+    if !staged {
+        sqlx::query(
+            "CREATE TEMPORARY TABLE attempts_in (LIKE hookstream.attempts INCLUDING DEFAULTS) \
+             ON COMMIT DELETE ROWS",
+        )
+        .execute(&mut *tx)
+        .await?;
+    }
+    let mut copy = tx
+        .copy_in_raw(&format!(
+            "COPY pg_temp.attempts_in ({COLUMNS}) FROM STDIN (FORMAT binary)"
+        ))
+        .await?;
+    if let Err(e) = copy.send(data.as_slice()).await {
+        copy.abort("the attempts could not be sent").await.ok();
+        return Err(StoreError::from_db(e));
+    }
+    copy.finish().await.map_err(StoreError::from_db)?;
+    let stored: Vec<(DateTime<Utc>, Uuid, Uuid, i32)> = sqlx::query_as(&format!(
+        "INSERT INTO hookstream.attempts ({COLUMNS}) SELECT {COLUMNS} FROM pg_temp.attempts_in \
+         ON CONFLICT DO NOTHING RETURNING started_at, event_id, endpoint_id, attempt"
+    ))
+    .fetch_all(&mut *tx)
+    .await
+    .map_err(StoreError::from_db)?;
     // PostgreSQL keeps microseconds: compare keys at that precision.
     let mut stored: HashSet<(i64, Uuid, Uuid, i32)> = stored
         .into_iter()
@@ -177,6 +173,44 @@ pub async fn insert_many(pool: &PgPool, rows: &[NewAttempt]) -> Result<Vec<bool>
     crate::attempt_stats::add(&mut tx, &counted).await?;
     tx.commit().await?;
     Ok(fresh)
+}
+
+/// The binary COPY stream of `rows`, cleaned and cut as stored.
+fn copy_data(rows: &[NewAttempt]) -> Result<Vec<u8>, StoreError> {
+    let mut copy = BinaryCopy::default();
+    for a in rows {
+        let headers = serde_json::to_value(
+            a.response_headers
+                .iter()
+                .map(|(n, v)| [clean(n, 256), clean(v, 1024)])
+                .collect::<Vec<_>>(),
+        )
+        .unwrap_or_default();
+        copy.row(FIELDS)
+            .field(&a.started_at)?
+            .field(&a.event_id)?
+            .field(&a.endpoint_id)?
+            .field(&a.attempt)?
+            .field(&a.tenant_id)?
+            .field(&clean(&a.trigger, MAX_LABEL_CHARS))?
+            .field(&a.duration_ms)?
+            .field(&a.status)?
+            .field(&clean(&a.outcome, MAX_LABEL_CHARS))?
+            .field(&clean(&a.error_class, MAX_LABEL_CHARS))?
+            .field(&clean(&a.error, MAX_ERROR_CHARS))?
+            .field(&headers)?
+            .field(&a.response_body.as_deref())?
+            .field(&a.response_truncated)?
+            .field(&clean(&a.next, MAX_LABEL_CHARS))?
+            .field(&a.next_due_at)?
+            .field(&a.next_tier.as_deref().map(|t| clean(t, MAX_LABEL_CHARS)))?
+            .field(&a.event_type.as_deref().map(|t| clean(t, 256)))?
+            .field(&a.aggregate_id.as_deref().map(|t| clean(t, 256)))?
+            .field(&a.payload_bytes)?
+            .field(&a.committed_at)?
+            .field(&a.relayed_at)?;
+    }
+    Ok(copy.finish())
 }
 
 /// A stored attempt.

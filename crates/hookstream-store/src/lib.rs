@@ -12,6 +12,7 @@ pub mod attempt_stats;
 pub mod attempts;
 pub mod batch;
 pub mod breakers;
+pub mod copy;
 pub mod dead_letters;
 pub mod delivery_pages;
 pub mod endpoint_admin;
