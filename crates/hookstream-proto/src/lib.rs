@@ -1,8 +1,8 @@
 //! Protobuf messages that travel on Hookstream's Kafka topics (compiled from `proto/`).
 //!
 //! `EventEnvelope` is what the outbox-relay produces to `hookstream.events`; `DeliveryTask`
-//! is what the retry tiers carry; `DeadLetter` goes to `hookstream.dlq`; `AttemptRecord` (or
-//! an `AttemptBatch`, a fan-out event's attempts in one record) to `hookstream.attempts`.
+//! is what the retry tiers carry; `DeadLetter` goes to `hookstream.dlq`; `AttemptRecord` (one
+//! per record; the attempt sink also reads an `AttemptBatch`) to `hookstream.attempts`.
 
 pub mod v1 {
     #![allow(clippy::all, missing_docs)]

@@ -75,8 +75,8 @@ pub struct Contract {
 pub struct AttemptLogFigures {
     /// `all`, `failures` or `off`.
     pub mode: String,
-    /// Kafka records of the attempts topic not yet stored, at the worst (one per attempt, or
-    /// per fan-out event: a batch holds that event's attempts).
+    /// Kafka records of the attempts topic not yet stored, at the worst (one per attempt; a
+    /// batching producer would make it count batches).
     pub sink_max_lag_messages: i64,
     /// Age of the oldest attempt record the sink had not stored, at its worst.
     pub sink_max_lag_s: f64,

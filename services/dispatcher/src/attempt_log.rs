@@ -7,35 +7,26 @@
 //! (dropping the producer would purge its queue). A SIGKILL loses what the producer still
 //! held (its `linger.ms`, 20 ms).
 //!
-//! One record per attempt, keyed by endpoint, except at fan-out: the attempts of one event
-//! to several endpoints go into one `AttemptBatch` record (header `hookstream-batch:
-//! attempts`, keyed by the event, at most `MAX_BATCH` attempts), produced when the event's
-//! deliveries have finished, or `BATCH_WAIT` after the first of them finished, whichever
-//! comes first (the records of the rest are then produced one by one): a slow endpoint
-//! delays its siblings' records by at most that. Nothing is shared between events, so
-//! nothing waits on another delivery. (A version that batched across events, with a linger
-//! and a shared buffer, commit `f6207d4`, doubled the commit → receipt latency at a steady
-//! 1,000 events/s and was taken out; see docs/benchmarks.md.)
+//! One record per attempt, keyed by endpoint. The sink also reads `AttemptBatch` records
+//! (many attempts in one), but producing them is not switched on: a version that batched
+//! (branch history: commit `f6207d4`) doubled the p50 and p99 commit → receipt at a steady
+//! 1,000 events/s with the sink running, for no fan-out gain shown (docs/benchmarks.md).
 //!
 //! `attempts.log` says which attempts are recorded: `all`, `failures` (every attempt that was
 //! not delivered) or `off`. Each record says why the attempt was made (`trigger`) and what
 //! happens next (`next`: delivered, retry at a due time in a tier, or dead-lettered); the
 //! attempt sink (`attempt_sink.rs`) stores them for `hookstream attempts` and `event show`.
 
-use std::sync::Mutex;
 use std::time::Duration;
 
 use hookstream_config::KafkaConfig;
 use hookstream_delivery::{Outcome, Verdict};
 use hookstream_kafka::rdkafka::error::KafkaError;
-use hookstream_kafka::rdkafka::message::{DeliveryResult, Header, OwnedHeaders};
+use hookstream_kafka::rdkafka::message::DeliveryResult;
 use hookstream_kafka::rdkafka::producer::{BaseRecord, Producer as _, ProducerContext, ThreadedProducer};
 use hookstream_kafka::rdkafka::types::RDKafkaErrorCode;
 use hookstream_kafka::rdkafka::ClientContext;
-use hookstream_proto::{
-    append_attempt, AttemptRecord, EventEnvelope, Message as _, ResponseHeader, BATCH_HEADER,
-    BATCH_OF_ATTEMPTS,
-};
+use hookstream_proto::{AttemptRecord, EventEnvelope, Message as _, ResponseHeader};
 use hookstream_telemetry::prometheus::IntCounter;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
@@ -79,20 +70,6 @@ impl Trigger {
     }
 }
 
-/// Why an attempt is made, and the batch its record joins (its event's, at fan-out).
-#[derive(Clone, Copy)]
-pub(crate) struct LogAs<'a> {
-    pub(crate) trigger: Trigger,
-    pub(crate) batch: Option<&'a EventAttempts>,
-}
-
-impl From<Trigger> for LogAs<'_> {
-    /// A record of its own.
-    fn from(trigger: Trigger) -> Self {
-        Self { trigger, batch: None }
-    }
-}
-
 /// What happens after an attempt.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Next {
@@ -112,28 +89,6 @@ pub(crate) struct AttemptLog {
     mode: LogMode,
     dropped: IntCounter,
     fatal: watch::Receiver<Option<String>>,
-}
-
-/// Most attempts in one batch record (the sink holds `attempt_sink::MAX_IN_FLIGHT` records,
-/// so this bounds its rows in memory too).
-pub(crate) const MAX_BATCH: usize = 16;
-/// How long the first finished attempt of a fan-out waits for its siblings before what has
-/// gathered is produced (and the rest one by one).
-pub(crate) const BATCH_WAIT: Duration = Duration::from_millis(100);
-
-/// The attempt records of one fan-out event, gathered into `AttemptBatch` records.
-pub(crate) struct EventAttempts {
-    key: String,
-    gathered: Mutex<Gathered>,
-}
-
-#[derive(Default)]
-struct Gathered {
-    /// The encoded batch so far (its records appended).
-    buf: Vec<u8>,
-    count: usize,
-    /// The wait is over: records go out one by one.
-    direct: bool,
 }
 
 /// One attempt, as the log records it.
@@ -173,80 +128,11 @@ impl AttemptLog {
         })
     }
 
-    /// A batch for the attempts of a fan-out `event`; none when nothing is logged.
-    pub(crate) fn batch_for(&self, event: &EventEnvelope) -> Option<EventAttempts> {
-        (self.mode != LogMode::Off).then(|| EventAttempts {
-            key: event.event_id.clone(),
-            gathered: Mutex::default(),
-        })
-    }
-
-    /// Produces the record without waiting (if `attempts.log` records it), or adds it to its
-    /// event's batch (produced once full).
-    pub(crate) fn record(&self, a: Attempt<'_>, batch: Option<&EventAttempts>) {
-        let Some(record) = self.encode(a) else { return };
-        let Some(batch) = batch else {
-            return self.send_one(&record);
-        };
-        let mut g = batch.gathered.lock().unwrap_or_else(|e| e.into_inner());
-        if g.direct {
-            drop(g);
-            return self.send_one(&record);
-        }
-        append_attempt(&record, &mut g.buf);
-        g.count += 1;
-        if g.count >= MAX_BATCH {
-            self.send_batch(&batch.key, &mut g);
-        }
-    }
-
-    /// Produces what `batch` has gathered; with `direct`, later records go out one by one.
-    pub(crate) fn flush_batch(&self, batch: &EventAttempts, direct: bool) {
-        let mut g = batch.gathered.lock().unwrap_or_else(|e| e.into_inner());
-        self.send_batch(&batch.key, &mut g);
-        g.direct |= direct;
-    }
-
-    fn send_batch(&self, key: &str, g: &mut Gathered) {
-        if g.count == 0 {
-            return;
-        }
-        let headers = OwnedHeaders::new().insert(Header {
-            key: BATCH_HEADER,
-            value: Some(BATCH_OF_ATTEMPTS),
-        });
-        let record = BaseRecord::with_opaque_to(&self.topic, g.count)
-            .key(key)
-            .payload(&g.buf)
-            .headers(headers);
-        if self.producer.send(record).is_err() {
-            self.dropped.inc_by(g.count as u64);
-        }
-        g.buf.clear();
-        g.count = 0;
-    }
-
-    fn send_one(&self, record: &AttemptRecord) {
-        let payload = record.encode_to_vec();
-        if self
-            .producer
-            .send(
-                BaseRecord::with_opaque_to(&self.topic, 1)
-                    .key(&record.endpoint_id)
-                    .payload(&payload),
-            )
-            .is_err()
-        {
-            // Queue full or the topic unknown: counted, never waited for.
-            self.dropped.inc();
-        }
-    }
-
-    /// The record of an attempt, if `attempts.log` records it.
-    fn encode(&self, a: Attempt<'_>) -> Option<AttemptRecord> {
+    /// Produces the record without waiting (if `attempts.log` records it).
+    pub(crate) fn record(&self, a: Attempt<'_>) {
         match self.mode {
-            LogMode::Off => return None,
-            LogMode::Failures if a.outcome.verdict == Verdict::Delivered => return None,
+            LogMode::Off => return,
+            LogMode::Failures if a.outcome.verdict == Verdict::Delivered => return,
             _ => {}
         }
         let (next, next_due_at_ms, next_tier) = match a.next {
@@ -254,7 +140,7 @@ impl AttemptLog {
             Next::Retry { due_at_ms, tier } => ("retry", due_at_ms, tier),
             Next::DeadLettered => ("dead_lettered", 0, String::new()),
         };
-        Some(AttemptRecord {
+        let record = AttemptRecord {
             event_id: a.event.event_id.clone(),
             tenant_id: a.event.tenant_id.clone(),
             endpoint_id: a.endpoint_id.to_string(),
@@ -286,7 +172,17 @@ impl AttemptLog {
             payload_bytes: u32::try_from(a.event.payload.len()).unwrap_or(u32::MAX),
             committed_at_ms: a.event.created_at_ms,
             relayed_at_ms: a.event.relayed_at_ms,
-        })
+        }
+        .encode_to_vec();
+        let key = a.endpoint_id.to_string();
+        if self
+            .producer
+            .send(BaseRecord::to(&self.topic).key(&key).payload(&record))
+            .is_err()
+        {
+            // Queue full or the topic unknown: counted, never waited for.
+            self.dropped.inc();
+        }
     }
 
     /// At shutdown, once nothing records any more: waits up to `timeout` for Kafka to take
@@ -346,12 +242,11 @@ impl ClientContext for LogContext {
 }
 
 impl ProducerContext for LogContext {
-    /// How many attempts the record holds (a batch's, or 1).
-    type DeliveryOpaque = usize;
+    type DeliveryOpaque = ();
 
-    fn delivery(&self, result: &DeliveryResult<'_>, attempts: usize) {
+    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
         if result.is_err() {
-            self.dropped.inc_by(attempts as u64);
+            self.dropped.inc();
         }
     }
 }

@@ -14,9 +14,9 @@
 //! librdkafka threads of its consumer. On an idle machine that costs nothing; when delivery
 //! needs every core (a backlog drain), the sink stores less until the burst is over.
 //!
-//! A record is one `AttemptRecord` or an `AttemptBatch` (header `hookstream-batch: attempts`:
-//! the attempts of one fan-out event, at most `attempt_log::MAX_BATCH`); it is finished when
-//! all its rows are stored. Rows are
+//! A record is one `AttemptRecord` (what dispatchers produce) or an `AttemptBatch` (header
+//! `hookstream-batch: attempts`, read so that a batching producer can be switched on without a
+//! reader change); it is finished when all its rows are stored. Rows are
 //! written in batches, their day partitions created first; while PostgreSQL is down
 //! the sink waits and skips nothing; a record read twice after a crash is stored once (the
 //! row's key). A record that does not decode, or whose row the database refuses, is counted
@@ -44,10 +44,10 @@ use crate::attempt_log::LogMode;
 use crate::sink::{self, OnRefused, Stored};
 use crate::DispatcherMetrics;
 
-/// Records being stored at once: enough single-attempt records to keep the writer's 500-row
-/// statements full with the next one gathering, and with batches (up to
-/// `attempt_log::MAX_BATCH` attempts each) at most 16,384 rows in memory.
-pub(crate) const MAX_IN_FLIGHT: usize = 1_024;
+/// Records being stored at once (enough to keep the writer's 500-row statements full). Each
+/// is one attempt today; a batching producer would make each up to 128, and this bound would
+/// have to shrink with it.
+pub(crate) const MAX_IN_FLIGHT: usize = 2_048;
 /// Most database connections of the sink's own pool (one batch is written at a time).
 const SINK_CONNECTIONS: u32 = 2;
 /// Rows written in one statement.
@@ -317,7 +317,7 @@ fn id(text: &str, what: &str) -> Result<Uuid, String> {
 }
 
 /// The attempt records a record of the attempts topic holds: an `AttemptBatch` when its
-/// header says so (a fan-out event's), one `AttemptRecord` when it has none.
+/// header says so, one `AttemptRecord` (what dispatchers produce) when it has none.
 pub(crate) fn decode(record: &Record) -> Result<Vec<AttemptRecord>, String> {
     match record.header(BATCH_HEADER) {
         None => AttemptRecord::decode(record.payload.as_ref())

@@ -4,15 +4,13 @@
 //! dead-lettered (`unknown_tenant`, with the event, so it can be replayed). Used by the events
 //! role, and by the retry role for events that are to be routed again.
 
-use std::pin::Pin;
 use std::time::Duration;
 
 use futures::stream::{FuturesUnordered, StreamExt as _};
 use hookstream_proto::{DeadLetter, DeliveryTask, EventEnvelope, SourcePosition};
-use tokio::time::Sleep;
 use uuid::Uuid;
 
-use crate::attempt_log::{LogAs, Trigger, BATCH_WAIT};
+use crate::attempt_log::Trigger;
 use crate::context::{now_ms, pause, Context, Finished};
 use crate::subscriptions::Route;
 use crate::{handoff, outcome};
@@ -71,52 +69,20 @@ pub(crate) async fn route_and_deliver(
         },
         _ = ctx.shutdown.cancelled() => return Ok(false),
     };
+    let deliver = |ep| outcome::attempt(ctx, &event, ep, 1, 0, &origin, Trigger::First);
     if let [ep] = endpoints.as_slice() {
-        return outcome::attempt(ctx, &event, ep, 1, 0, &origin, Trigger::First.into()).await;
+        return deliver(ep).await;
     }
-    // The event's attempt records go out together (attempt_log.rs): produced when the last
-    // delivery finishes, or `BATCH_WAIT` after the first one did.
-    let batch = ctx.attempt_log.batch_for(&event);
-    let log_as = LogAs {
-        trigger: Trigger::First,
-        batch: batch.as_ref(),
-    };
     // Polled as they wake: `join_all` polls every delivery of the event whenever any one of
     // them wakes (its small-set form), ten polls of reqwest futures for each response at
     // fan-out 10. Every delivery still runs to its end before an error is returned.
-    let mut deliveries: FuturesUnordered<_> = endpoints
-        .iter()
-        .map(|ep| outcome::attempt(ctx, &event, ep, 1, 0, &origin, log_as))
-        .collect();
-    // The wait starts when the first delivery finishes (if others are left), and runs once.
-    let mut wait: Option<Pin<Box<Sleep>>> = None;
-    let mut started = batch.is_none();
+    let mut deliveries: FuturesUnordered<_> = endpoints.iter().map(|ep| deliver(ep)).collect();
     let mut finished = Ok(true);
-    loop {
-        let result = tokio::select! {
-            result = deliveries.next() => match result {
-                Some(result) => result,
-                None => break,
-            },
-            () = async { if let Some(w) = wait.as_mut() { w.await } }, if wait.is_some() => {
-                wait = None;
-                if let Some(batch) = &batch {
-                    ctx.attempt_log.flush_batch(batch, true);
-                }
-                continue;
-            }
-        };
-        if !started && !deliveries.is_empty() {
-            wait = Some(Box::pin(tokio::time::sleep(BATCH_WAIT)));
-            started = true;
-        }
+    while let Some(result) = deliveries.next().await {
         finished = match (finished, result) {
             (Err(e), _) | (Ok(_), Err(e)) => Err(e),
             (Ok(all), Ok(this)) => Ok(all && this),
         };
-    }
-    if let Some(batch) = &batch {
-        ctx.attempt_log.flush_batch(batch, true);
     }
     finished
 }

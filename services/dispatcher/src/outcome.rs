@@ -10,13 +10,12 @@ use hookstream_delivery::{ErrorClass, Message, Outcome, Target, Verdict};
 use hookstream_proto::{DeadLetter, EventEnvelope, SourcePosition};
 use hookstream_store::endpoints::ActiveEndpoint;
 
-use crate::attempt_log::{verdict_label, Attempt, LogAs, Next};
+use crate::attempt_log::{verdict_label, Attempt, Next, Trigger};
 use crate::context::{now_ms, Context, Finished};
 use crate::{endpoint_health, handoff, retry};
 
-/// Attempt number `attempt` (1 on the main path) of `event` to `ep`, recorded in the attempt
-/// log as `log` says. `Ok(true)` once the delivery is done or durably handed on; `Ok(false)`
-/// when shutdown left it undone.
+/// Attempt number `attempt` (1 on the main path) of `event` to `ep`. `Ok(true)` once the
+/// delivery is done or durably handed on; `Ok(false)` when shutdown left it undone.
 pub(crate) async fn attempt(
     ctx: &Context,
     event: &EventEnvelope,
@@ -24,7 +23,7 @@ pub(crate) async fn attempt(
     attempt: u32,
     first_attempt_at_ms: i64,
     origin: &SourcePosition,
-    log_as: LogAs<'_>,
+    trigger: Trigger,
 ) -> Finished {
     let admitted = tokio::select! {
         admitted = ctx.isolation.admit(&ep.endpoint, ctx.retry.enabled) => admitted,
@@ -82,18 +81,15 @@ pub(crate) async fn attempt(
     record(ctx, &outcome);
     // The attempt log says what happens next, so it is written once that is decided.
     let log = |next: Next| {
-        ctx.attempt_log.record(
-            Attempt {
-                event,
-                endpoint_id: ep.endpoint.id,
-                attempt,
-                started_ms,
-                outcome: &outcome,
-                trigger: log_as.trigger,
-                next,
-            },
-            log_as.batch,
-        )
+        ctx.attempt_log.record(Attempt {
+            event,
+            endpoint_id: ep.endpoint.id,
+            attempt,
+            started_ms,
+            outcome: &outcome,
+            trigger,
+            next,
+        })
     };
     Box::pin(endpoint_health::track(ctx, ep, &outcome)).await;
     let first_attempt_at_ms = if attempt == 1 {

@@ -386,7 +386,7 @@ async fn deliver(ctx: &Context, task: DeliveryTask, position: SourcePosition, tr
         task.attempt.saturating_add(1),
         task.first_attempt_at_ms,
         &original,
-        trigger.into(),
+        trigger,
     )
     .await
 }
