@@ -2,6 +2,7 @@
 //! PostgreSQL's CPU is measured from outside). Usage: attempts_insert URL N B
 use chrono::Utc;
 use hookstream_store::attempts::{self, NewAttempt};
+use hookstream_testkit::fixtures::attempt_row;
 use uuid::Uuid;
 
 #[tokio::main(flavor = "current_thread")]
@@ -25,28 +26,13 @@ async fn main() {
             started_at: t0 + chrono::Duration::microseconds((i / 10) as i64 * 50),
             event_id: Uuid::from_u128((i / 10) as u128 + 1),
             endpoint_id: eps[i % 10],
-            attempt: 1,
-            tenant_id: tenant,
-            trigger: "first".into(),
-            duration_ms: 3,
-            status: Some(204),
-            outcome: "delivered".into(),
-            error_class: "none".into(),
-            error: String::new(),
             response_headers: vec![
                 ("date".into(), "Wed, 02 Dec 2026 07:00:00 GMT".into()),
                 ("content-length".into(), "0".into()),
             ],
-            response_body: None,
-            response_truncated: false,
-            next: "delivered".into(),
-            next_due_at: None,
-            next_tier: None,
-            event_type: Some("order.created".into()),
             aggregate_id: Some("order-1".into()),
             payload_bytes: Some(120),
-            committed_at: Some(t0),
-            relayed_at: Some(t0),
+            ..attempt_row(t0, tenant)
         })
         .collect();
     let w = std::time::Instant::now();

@@ -93,12 +93,30 @@ pub fn days_of(rows: &[NewAttempt]) -> HashSet<NaiveDate> {
     rows.iter().map(|r| r.started_at.date_naive()).collect()
 }
 
-/// The columns the sink writes, in COPY order.
-const COLUMNS: &str = "started_at, event_id, endpoint_id, attempt, tenant_id, trigger, duration_ms, \
-    status, outcome, error_class, error, response_headers, response_body, response_truncated, \
-    next, next_due_at, next_tier, event_type, aggregate_id, payload_bytes, committed_at, relayed_at";
+/// The columns the sink writes, in COPY order (a macro so that the statements below are
+/// literals, not formatted per batch).
+macro_rules! columns {
+    () => {
+        "started_at, event_id, endpoint_id, attempt, tenant_id, trigger, duration_ms, status, \
+         outcome, error_class, error, response_headers, response_body, response_truncated, next, \
+         next_due_at, next_tier, event_type, aggregate_id, payload_bytes, committed_at, relayed_at"
+    };
+}
 /// How many of them.
 const FIELDS: i16 = 22;
+const COPY_IN: &str = concat!(
+    "COPY pg_temp.attempts_in (",
+    columns!(),
+    ") FROM STDIN (FORMAT binary)"
+);
+const INSERT_STAGED: &str = concat!(
+    "INSERT INTO hookstream.attempts (",
+    columns!(),
+    ") SELECT ",
+    columns!(),
+    " FROM pg_temp.attempts_in ON CONFLICT DO NOTHING \
+     RETURNING started_at, event_id, endpoint_id, attempt"
+);
 
 /// Stores `rows` (their day partitions must exist: `ensure_partition`): copied (binary
 /// `COPY`) into a temporary table of the connection's, emptied at every commit, then inserted
@@ -130,23 +148,16 @@ pub async fn insert_many(pool: &PgPool, rows: &[NewAttempt]) -> Result<Vec<bool>
         .execute(&mut *tx)
         .await?;
     }
-    let mut copy = tx
-        .copy_in_raw(&format!(
-            "COPY pg_temp.attempts_in ({COLUMNS}) FROM STDIN (FORMAT binary)"
-        ))
-        .await?;
+    let mut copy = tx.copy_in_raw(COPY_IN).await?;
     if let Err(e) = copy.send(data.as_slice()).await {
         copy.abort("the attempts could not be sent").await.ok();
         return Err(StoreError::from_db(e));
     }
     copy.finish().await.map_err(StoreError::from_db)?;
-    let stored: Vec<(DateTime<Utc>, Uuid, Uuid, i32)> = sqlx::query_as(&format!(
-        "INSERT INTO hookstream.attempts ({COLUMNS}) SELECT {COLUMNS} FROM pg_temp.attempts_in \
-         ON CONFLICT DO NOTHING RETURNING started_at, event_id, endpoint_id, attempt"
-    ))
-    .fetch_all(&mut *tx)
-    .await
-    .map_err(StoreError::from_db)?;
+    let stored: Vec<(DateTime<Utc>, Uuid, Uuid, i32)> = sqlx::query_as(INSERT_STAGED)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(StoreError::from_db)?;
     // PostgreSQL keeps microseconds: compare keys at that precision.
     let mut stored: HashSet<(i64, Uuid, Uuid, i32)> = stored
         .into_iter()

@@ -6,16 +6,13 @@
 
 use chrono::{DateTime, Duration, TimeZone, Utc};
 use hookstream_store::attempts::{self, Filter, NewAttempt};
+use hookstream_testkit::fixtures::attempt_row;
 use hookstream_testkit::TestEnv;
 use uuid::Uuid;
 
 fn full(started_at: DateTime<Utc>, tenant: Uuid) -> NewAttempt {
     NewAttempt {
-        started_at,
-        event_id: Uuid::now_v7(),
-        endpoint_id: Uuid::now_v7(),
         attempt: 3,
-        tenant_id: tenant,
         trigger: "retry".into(),
         duration_ms: 1_234,
         status: Some(503),
@@ -36,33 +33,23 @@ fn full(started_at: DateTime<Utc>, tenant: Uuid) -> NewAttempt {
         payload_bytes: Some(321),
         committed_at: Some(started_at - Duration::milliseconds(15)),
         relayed_at: Some(started_at - Duration::milliseconds(5)),
+        ..attempt_row(started_at, tenant)
     }
 }
 
+/// Every optional field empty.
 fn bare(started_at: DateTime<Utc>, tenant: Uuid) -> NewAttempt {
     NewAttempt {
-        started_at,
-        event_id: Uuid::now_v7(),
-        endpoint_id: Uuid::now_v7(),
-        attempt: 1,
-        tenant_id: tenant,
-        trigger: "first".into(),
         duration_ms: 0,
         status: None,
         outcome: "retryable".into(),
         error_class: "timeout".into(),
-        error: String::new(),
-        response_headers: vec![],
-        response_body: None,
-        response_truncated: false,
         next: "dead_lettered".into(),
-        next_due_at: None,
-        next_tier: None,
         event_type: None,
-        aggregate_id: None,
         payload_bytes: None,
         committed_at: None,
         relayed_at: None,
+        ..attempt_row(started_at, tenant)
     }
 }
 

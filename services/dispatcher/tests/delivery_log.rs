@@ -7,8 +7,9 @@
 use std::time::Duration;
 
 use chrono::{Days, Utc};
-use hookstream_store::attempts::{self, Filter, NewAttempt};
+use hookstream_store::attempts::{self, Filter};
 use hookstream_store::outbox::NewEvent;
+use hookstream_testkit::fixtures::attempt_row;
 use hookstream_testkit::{eventually, Behaviour, Receiver, TestEnv};
 use prometheus::Registry;
 use serde_json::json;
@@ -223,33 +224,6 @@ async fn delivered_retried_and_dead_lettered_deliveries_show_their_attempts_and_
     stop.cancel();
 }
 
-fn row(started_at: chrono::DateTime<Utc>, tenant: Uuid) -> NewAttempt {
-    NewAttempt {
-        started_at,
-        event_id: Uuid::now_v7(),
-        endpoint_id: Uuid::now_v7(),
-        attempt: 1,
-        tenant_id: tenant,
-        trigger: "first".into(),
-        duration_ms: 5,
-        status: Some(204),
-        outcome: "delivered".into(),
-        error_class: "none".into(),
-        error: String::new(),
-        response_headers: vec![],
-        response_body: None,
-        response_truncated: false,
-        next: "delivered".into(),
-        next_due_at: None,
-        next_tier: None,
-        event_type: Some("order.created".into()),
-        aggregate_id: None,
-        payload_bytes: Some(2),
-        committed_at: Some(started_at),
-        relayed_at: Some(started_at),
-    }
-}
-
 #[tokio::test]
 async fn days_past_retention_are_dropped_as_whole_partitions() {
     let env = TestEnv::new(1).await.unwrap();
@@ -260,8 +234,8 @@ async fn days_past_retention_are_dropped_as_whole_partitions() {
         attempts::ensure_partition(&env.pool, days_ago(n)).await.unwrap();
     }
     let tenant = Uuid::now_v7();
-    let old = row(now - chrono::Duration::days(40), tenant);
-    let recent = row(now - chrono::Duration::days(29), tenant);
+    let old = attempt_row(now - chrono::Duration::days(40), tenant);
+    let recent = attempt_row(now - chrono::Duration::days(29), tenant);
     assert_eq!(
         attempts::insert_many(&env.pool, &[old.clone(), recent.clone(), old.clone()])
             .await
@@ -302,7 +276,7 @@ async fn days_past_retention_are_dropped_as_whole_partitions() {
     assert_eq!(left.len(), 1);
     assert_eq!(left[0].event_id, recent.event_id);
     // A day without a partition is refused (the sink creates it first), never mis-filed.
-    let orphan = row(now - chrono::Duration::days(60), tenant);
+    let orphan = attempt_row(now - chrono::Duration::days(60), tenant);
     assert!(attempts::insert_many(&env.pool, &[orphan]).await.is_err());
 }
 
