@@ -36,7 +36,7 @@ use hookstream_store::batch::Batcher;
 use hookstream_store::sqlx::PgPool;
 use hookstream_store::StoreError;
 use serde::{Deserialize, Serialize};
-use tokio::sync::Mutex;
+use tokio::sync::{watch, Mutex};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -73,6 +73,13 @@ pub struct AttemptsConfig {
     /// How much lower than the process's the sink's CPU priority is (nice +N, 0..=19): when
     /// delivery needs every core, the sink lags and catches up after.
     pub sink_niceness: i32,
+    /// While the delivery runtime's workers are busy at least this share of the time
+    /// (percent; 0 never), the sink holds what it has read instead of storing it: its
+    /// database writes then wait for delivery to ease.
+    pub sink_hold_busy_percent: u8,
+    /// The longest a record is held that way (ms): the sink's lag stays bounded under
+    /// pressure that does not ease.
+    pub sink_hold_max_ms: u64,
 }
 
 impl Default for AttemptsConfig {
@@ -84,6 +91,8 @@ impl Default for AttemptsConfig {
             retention_days: 30,
             max_body_bytes: 4 * 1024,
             sink_niceness: 19,
+            sink_hold_busy_percent: 50,
+            sink_hold_max_ms: 30_000,
         }
     }
 }
@@ -104,6 +113,11 @@ impl Validate for AttemptsConfig {
                 "attempts.sink_niceness must be between 0 and 19",
             ));
         }
+        if self.sink_hold_busy_percent > 100 {
+            return Err(ConfigError::new(
+                "attempts.sink_hold_busy_percent must be between 0 and 100",
+            ));
+        }
         Ok(())
     }
 }
@@ -119,6 +133,8 @@ pub(crate) struct Setup {
     pub(crate) attempts: AttemptsConfig,
     pub(crate) metrics: DispatcherMetrics,
     pub(crate) consumer_metrics: ConsumerMetrics,
+    /// Whether delivery is pressed (`pressure.rs`).
+    pub(crate) pressed: watch::Receiver<bool>,
 }
 
 /// The sink until shutdown: its own database pool (its I/O runs on the sink's runtime), the
@@ -138,8 +154,13 @@ pub(crate) async fn run(setup: Setup, shutdown: CancellationToken) -> Result<(),
         setup.metrics.clone(),
         shutdown.clone(),
     ));
+    let hold = (setup.attempts.sink_hold_busy_percent > 0).then(|| Hold {
+        pressed: setup.pressed,
+        max: Duration::from_millis(setup.attempts.sink_hold_max_ms),
+    });
     let handler = Arc::new(AttemptSink {
         writer,
+        hold,
         max_body_bytes: setup.attempts.max_body_bytes,
         metrics: setup.metrics,
         shutdown: shutdown.clone(),
@@ -231,6 +252,8 @@ pub(crate) async fn maintain_once(
 /// The sink: a handler for the tracked consumer of the attempts topic.
 pub(crate) struct AttemptSink {
     pub(crate) writer: AttemptWriter,
+    /// Holds records while delivery is pressed (none: store at once).
+    pub(crate) hold: Option<Hold>,
     pub(crate) max_body_bytes: usize,
     pub(crate) metrics: DispatcherMetrics,
     pub(crate) shutdown: CancellationToken,
@@ -297,6 +320,9 @@ impl Handler for AttemptSink {
     /// The record is finished once every row of it is stored (they share the writer's
     /// batches); unfinished if shutdown left any unstored.
     async fn run(self: Arc<Self>, rows: Vec<NewAttempt>) -> Result<Done, Fatal> {
+        if let Some(hold) = &self.hold {
+            hold.wait(&self.metrics, &self.shutdown).await;
+        }
         let stored = futures::future::join_all(rows.into_iter().map(|row| self.store(row))).await;
         let mut done = Done::Finished;
         for d in stored {
@@ -305,6 +331,29 @@ impl Handler for AttemptSink {
             }
         }
         Ok(done)
+    }
+}
+
+/// Storing waits while delivery is pressed, up to a bound.
+pub(crate) struct Hold {
+    pub(crate) pressed: watch::Receiver<bool>,
+    pub(crate) max: Duration,
+}
+
+impl Hold {
+    /// Returns once delivery is not pressed, `max` has passed, or shutdown began.
+    async fn wait(&self, metrics: &DispatcherMetrics, shutdown: &CancellationToken) {
+        if !*self.pressed.borrow() {
+            return;
+        }
+        metrics.attempt_sink_held.inc();
+        let mut pressed = self.pressed.clone();
+        tokio::select! {
+            // An error: the sampler is gone (shutdown); store.
+            _ = pressed.wait_for(|p| !*p) => {}
+            _ = tokio::time::sleep(self.max) => {}
+            _ = shutdown.cancelled() => {}
+        }
     }
 }
 
@@ -436,6 +485,60 @@ mod tests {
             .contains("undecodable"));
         let unknown = decode(&kafka_record(bytes, Some("attempts-v9"))).unwrap_err();
         assert!(unknown.contains("attempts-v9"), "{unknown}");
+    }
+
+    #[tokio::test]
+    async fn storing_waits_while_delivery_is_pressed_until_it_eases_or_the_bound_passes() {
+        let metrics = DispatcherMetrics::register(&hookstream_telemetry::prometheus::Registry::new());
+        let shutdown = CancellationToken::new();
+        let (press, pressed) = watch::channel(false);
+        let hold = Hold {
+            pressed,
+            max: Duration::from_secs(60),
+        };
+        // Not pressed: at once, nothing counted.
+        let started = std::time::Instant::now();
+        hold.wait(&metrics, &shutdown).await;
+        assert!(started.elapsed() < Duration::from_secs(5));
+        assert_eq!(metrics.attempt_sink_held.get(), 0);
+
+        // Pressed: until it eases.
+        press.send_replace(true);
+        let easing = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            press.send_replace(false);
+            press
+        });
+        let started = std::time::Instant::now();
+        hold.wait(&metrics, &shutdown).await;
+        let waited = started.elapsed();
+        assert!(waited >= Duration::from_millis(250), "held {waited:?}");
+        assert!(
+            waited < Duration::from_secs(30),
+            "released when it eased: {waited:?}"
+        );
+        assert_eq!(metrics.attempt_sink_held.get(), 1);
+
+        // Pressed for good: no longer than the bound.
+        let press = easing.await.unwrap();
+        press.send_replace(true);
+        let bounded = Hold {
+            pressed: press.subscribe(),
+            max: Duration::from_millis(200),
+        };
+        let started = std::time::Instant::now();
+        bounded.wait(&metrics, &shutdown).await;
+        let waited = started.elapsed();
+        assert!(
+            waited >= Duration::from_millis(200) && waited < Duration::from_secs(30),
+            "{waited:?}"
+        );
+
+        // Shutdown: at once.
+        shutdown.cancel();
+        let started = std::time::Instant::now();
+        hold.wait(&metrics, &shutdown).await;
+        assert!(started.elapsed() < Duration::from_secs(5));
     }
 
     #[test]

@@ -30,6 +30,7 @@ mod handoff;
 pub mod isolation;
 mod metrics;
 mod outcome;
+mod pressure;
 pub mod retry;
 mod sink;
 pub mod subscriptions;
@@ -276,8 +277,18 @@ pub async fn run(
         );
         // On a thread of its own at a lower CPU priority: on a busy machine the sink lags
         // (and catches up) rather than taking CPU from delivery (see attempt_sink.rs).
+        // Sampled on this runtime, the one that delivers.
+        let (pressed, sampling) = pressure::sample(
+            tokio::runtime::Handle::current(),
+            f64::from(cfg.attempts.sink_hold_busy_percent) / 100.0,
+            pressure::EVERY,
+            metrics.delivery_busy_ratio.clone(),
+            shutdown.clone(),
+        );
+        sup.spawn("delivery pressure", sampling);
         let sink = attempt_sink::Setup {
             kafka: cfg.kafka.clone(),
+            pressed,
             consumer: settings,
             database: cfg.database.clone(),
             attempts: cfg.attempts.clone(),

@@ -3,7 +3,7 @@
 
 use hookstream_delivery::ErrorClass;
 use hookstream_telemetry::prometheus::{
-    exponential_buckets, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec,
+    exponential_buckets, Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec,
     IntGauge, IntGaugeVec, Opts, Registry,
 };
 
@@ -80,6 +80,10 @@ pub struct DispatcherMetrics {
     pub attempt_sink_errors: IntCounter,
     /// Day partitions of the delivery log dropped past `attempts.retention_days`.
     pub attempt_partitions_dropped: IntCounter,
+    /// The share of the last sampling interval the delivery runtime's workers were busy.
+    pub delivery_busy_ratio: Gauge,
+    /// Attempt records whose storing the sink held because delivery was pressed.
+    pub attempt_sink_held: IntCounter,
     /// 1 for each role this replica runs (`events`, `retry`, `dlq_sink`), 0 for the others.
     pub roles: IntGaugeVec,
 }
@@ -264,6 +268,16 @@ impl DispatcherMetrics {
                 "Day partitions of the delivery log dropped past retention",
             )
             .unwrap(),
+            delivery_busy_ratio: Gauge::new(
+                "hookstream_dispatcher_delivery_busy_ratio",
+                "Share of the last sampling interval the delivery runtime's workers were busy",
+            )
+            .unwrap(),
+            attempt_sink_held: IntCounter::new(
+                "hookstream_attempt_sink_held_total",
+                "Attempt records whose storing the sink held while delivery was pressed",
+            )
+            .unwrap(),
             roles: IntGaugeVec::new(
                 Opts::new(
                     "hookstream_dispatcher_roles",
@@ -293,6 +307,8 @@ impl DispatcherMetrics {
         let _ = registry.register(Box::new(m.attempt_sink_rows.clone()));
         let _ = registry.register(Box::new(m.attempt_sink_errors.clone()));
         let _ = registry.register(Box::new(m.attempt_partitions_dropped.clone()));
+        let _ = registry.register(Box::new(m.delivery_busy_ratio.clone()));
+        let _ = registry.register(Box::new(m.attempt_sink_held.clone()));
         let _ = registry.register(Box::new(m.dlq_stored.clone()));
         let _ = registry.register(Box::new(m.dlq_store_errors.clone()));
         let _ = registry.register(Box::new(m.dlq_pruned.clone()));

@@ -2,7 +2,8 @@
 //! goes on with no sink at all, and while the sink cannot reach the database); the sink lags,
 //! exports its lag, waits out a database it cannot log in to, and catches up storing every
 //! attempt once; a sink process SIGKILLed while it stores loses nothing and stores nothing
-//! twice.
+//! twice; while the runtime that delivers is kept busy, the sink stores nothing, and it stores
+//! everything once that eases.
 
 use std::path::Path;
 use std::time::Duration;
@@ -241,5 +242,84 @@ async fn a_sink_sigkilled_while_it_stores_loses_nothing_and_stores_nothing_twice
         "every attempt stored, once"
     );
     assert_eq!(sink.terminate().await, Some(0));
+    delivery.cancel();
+}
+
+/// Keeps one worker of the current runtime busy until `stop`, yielding every millisecond
+/// so that the runtime's other tasks (delivery, the pressure sampler) still run.
+async fn spin(stop: CancellationToken) {
+    while !stop.is_cancelled() {
+        let until = std::time::Instant::now() + Duration::from_millis(1);
+        while std::time::Instant::now() < until {
+            std::hint::spin_loop();
+        }
+        tokio::task::yield_now().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn while_delivery_is_pressed_the_sink_stores_nothing_and_it_stores_everything_once_that_eases() {
+    let env = TestEnv::new(2).await.unwrap();
+    let tenant = env.tenant("t").await.unwrap();
+    let receiver = Receiver::start(Behaviour::Ok).await;
+    env.endpoint(tenant, &receiver, &[]).await.unwrap();
+    let delivery = start_delivery(&env);
+
+    // The sink in this process: the runtime it measures is this test's, which delivers.
+    let mut cfg = common::dispatcher_config(&env);
+    cfg.dispatcher.roles = vec![dispatcher::Role::AttemptSink];
+    cfg.attempts.sink_hold_max_ms = 300_000;
+    let registry = Registry::new();
+    let health = hookstream_telemetry::Health::default();
+    let sink_token = CancellationToken::new();
+    let sink = {
+        let (registry, health, t) = (registry.clone(), health.clone(), sink_token.clone());
+        tokio::spawn(async move { dispatcher::run(cfg, &registry, health, t).await })
+    };
+
+    // Both workers kept busy: delivery is pressed.
+    let stop = CancellationToken::new();
+    for _ in 0..2 {
+        tokio::spawn(spin(stop.clone()));
+    }
+    assert!(
+        eventually(Duration::from_secs(30), || async {
+            common::metric(&registry, "hookstream_dispatcher_delivery_busy_ratio", &[]) >= 0.5
+        })
+        .await,
+        "the busy workers show"
+    );
+    publish(&env, tenant, 200, 0).await;
+    assert!(
+        eventually(Duration::from_secs(90), || async {
+            receiver.distinct().0.len() == 200
+        })
+        .await,
+        "delivered while pressed: {}",
+        receiver.distinct().0.len()
+    );
+    assert!(
+        eventually(Duration::from_secs(30), || async {
+            common::metric(&registry, "hookstream_attempt_sink_held_total", &[]) > 0.0
+        })
+        .await,
+        "the sink read the attempts and held them"
+    );
+    // Unpressed, the sink stores 200 rows well within this.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(stored(&env).await, (0, 0), "nothing stored while pressed");
+
+    // Eased: everything stored, once.
+    stop.cancel();
+    assert!(
+        eventually(Duration::from_secs(60), || async { stored(&env).await.0 >= 200 }).await,
+        "stored once delivery eased: {:?}",
+        stored(&env).await
+    );
+    assert_eq!(stored(&env).await, (200, 200), "each attempt stored once");
+    assert!(health.failure().is_none());
+
+    sink_token.cancel();
+    sink.await.unwrap().expect("the sink stops cleanly");
     delivery.cancel();
 }
