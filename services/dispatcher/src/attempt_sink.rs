@@ -12,7 +12,10 @@
 //! it take CPU from delivery in the same process: it runs on a thread of its own with its own
 //! runtime and database pool, `sink_niceness` (19) below the process's CPU priority, with the
 //! librdkafka threads of its consumer. On an idle machine that costs nothing; when delivery
-//! needs every core (a backlog drain), the sink stores less until the burst is over.
+//! needs every core (a backlog drain), the sink stores less until the burst is over. Its
+//! niceness does not reach the PostgreSQL backend it writes through, so while the delivery
+//! runtime's workers are busy (`pressure.rs`, `sink_hold_busy_percent`) the sink also holds
+//! what it read, for at most `sink_hold_max_ms`, and writes it once the drain is over.
 //!
 //! A record is one `AttemptRecord` (what dispatchers produce) or an `AttemptBatch` (header
 //! `hookstream-batch: attempts`, read so that a batching producer can be switched on without a
