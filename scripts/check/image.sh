@@ -294,11 +294,36 @@ ENV_ARGS+=(-e "HOOKSTREAM_SECRETS__KEY=$key")
 in_image "$WORK/migrate.log" "$HS" migrate || fail "hookstream migrate from the image failed: $(output "$WORK/migrate.log")"
 TOPICS_MADE=1
 in_image "$WORK/topics.log" "$HS" topics create || fail "hookstream topics create from the image failed: $(output "$WORK/topics.log")"
-in_image "$WORK/tenant.log" "$HS" tenant create image-check --json || fail "tenant create failed: $(output "$WORK/tenant.log")"
-in_image "$WORK/endpoint.log" "$HS" endpoint create --tenant image-check --url "http://127.0.0.1:$RECEIVER_PORT/hooks" --event-types 'image.*' --json ||
-  fail "endpoint create failed: $(output "$WORK/endpoint.log")"
-secret="$("$PY" -c 'import json, sys; print(json.load(open(sys.argv[1]))["secret"])' "$WORK/endpoint.log")"
-log "from the image: migrated $DB, created topics $PREFIX.*, tenant image-check, an endpoint at 127.0.0.1:$RECEIVER_PORT"
+# json_field FILE KEY: KEY of the JSON object in FILE, or nothing (and status 1) when FILE holds
+# no JSON object with it.
+json_field() {
+  "$PY" - "$1" "$2" <<'PYEOF'
+import json, sys
+try:
+    v = json.load(open(sys.argv[1]))[sys.argv[2]]
+except (ValueError, KeyError, TypeError):
+    sys.exit(1)
+print(v if isinstance(v, str) else json.dumps(v))
+PYEOF
+}
+# A tenant and its endpoint, the secret read from the create's output. A CI run (2026-12-02)
+# once found that output empty after the command had succeeded (its stderr was not kept);
+# since creating is not idempotent, a second try uses a tenant of its own, and a failure
+# shows what the command wrote.
+TENANT=""
+for try in 1 2; do
+  name="image-check-$try"
+  in_image "$WORK/tenant.log" "$HS" tenant create "$name" --json || fail "tenant create failed: $(output "$WORK/tenant.log")"
+  in_image "$WORK/endpoint.log" "$HS" endpoint create --tenant "$name" --url "http://127.0.0.1:$RECEIVER_PORT/hooks" --event-types 'image.*' --json ||
+    fail "endpoint create failed: $(output "$WORK/endpoint.log")"
+  if secret="$(json_field "$WORK/endpoint.log" secret)"; then
+    TENANT="$name"
+    break
+  fi
+  log "endpoint create exited 0 without its JSON (stdout $(wc -c <"$WORK/endpoint.log") bytes; stderr: $(head -c 2000 "$WORK/endpoint.log.err")); try $try of 2"
+done
+[[ -n "$TENANT" ]] || fail "endpoint create printed no JSON twice: $(output "$WORK/endpoint.log")"
+log "from the image: migrated $DB, created topics $PREFIX.*, tenant $TENANT, an endpoint at 127.0.0.1:$RECEIVER_PORT"
 
 WEBHOOK_SECRET="$secret" python3 "$REPO_ROOT/deploy/demo-receiver/receiver.py" --addr "127.0.0.1:$RECEIVER_PORT" \
   >"$WORK/receiver.out" 2>"$WORK/receiver.err" &
@@ -345,9 +370,11 @@ for name in outbox-relay dispatcher; do
 done
 log "outbox-relay and dispatcher (the entrypoint) run from the image as uid $uid, ready"
 
-in_image "$WORK/publish.log" "$HS" event publish --tenant image-check --type image.checked --aggregate check-1 \
+in_image "$WORK/publish.log" "$HS" event publish --tenant "$TENANT" --type image.checked --aggregate check-1 \
   --data '{"check":"image","run":"'"$RUN_ID"'"}' --json || fail "event publish failed: $(output "$WORK/publish.log")"
-event_id="$("$PY" -c 'import json, sys; print(json.load(open(sys.argv[1]))["event_ids"][0])' "$WORK/publish.log")"
+event_ids="$(json_field "$WORK/publish.log" event_ids)" ||
+  fail "event publish exited 0 without its JSON: $(output "$WORK/publish.log")"
+event_id="$("$PY" -c 'import json, sys; print(json.loads(sys.argv[1])[0])' "$event_ids")"
 deadline=$((SECONDS + 60))
 until grep -q "\"webhook_id\": \"$event_id\"" "$WORK/receiver.out"; do
   ((SECONDS < deadline)) || fail "event $event_id was not delivered within 60 s (dispatcher: $(tail -n 5 "$WORK/dispatcher.log"))"
