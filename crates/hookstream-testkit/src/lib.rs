@@ -8,6 +8,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod busy;
 pub mod fixtures;
 pub mod process;
 pub mod receiver;

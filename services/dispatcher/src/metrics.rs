@@ -80,7 +80,7 @@ pub struct DispatcherMetrics {
     pub attempt_sink_errors: IntCounter,
     /// Day partitions of the delivery log dropped past `attempts.retention_days`.
     pub attempt_partitions_dropped: IntCounter,
-    /// The share of the last sampling interval the delivery runtime's workers were busy.
+    /// The share of the last 500 ms the delivery runtime's workers were busy (`pressure.rs`).
     pub delivery_busy_ratio: Gauge,
     /// Attempt records whose storing the sink held because delivery was pressed.
     pub attempt_sink_held: IntCounter,
@@ -270,7 +270,7 @@ impl DispatcherMetrics {
             .unwrap(),
             delivery_busy_ratio: Gauge::new(
                 "hookstream_dispatcher_delivery_busy_ratio",
-                "Share of the last sampling interval the delivery runtime's workers were busy",
+                "Share of the last 500 ms the delivery runtime's workers were busy",
             )
             .unwrap(),
             attempt_sink_held: IntCounter::new(

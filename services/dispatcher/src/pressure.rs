@@ -1,8 +1,8 @@
 //! Delivery pressure: whether the runtime that delivers is busy, from tokio's own per-worker
 //! busy time sampled every `every`. The share of the last `WINDOW` intervals the workers spent
 //! busy is exported (`hookstream_dispatcher_delivery_busy_ratio`); delivery counts as pressed
-//! from the first interval at or above `threshold` until the whole window is below it. The attempt sink holds its writes while it is (see
-//! `attempt_sink.rs`).
+//! from the first interval at or above `threshold` until the whole window is below it. The
+//! attempt sink holds its writes while it is (see `attempt_sink.rs`).
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -86,18 +86,6 @@ fn busy_share(from: &(Instant, Duration), to: &(Instant, Duration), workers: f64
 mod tests {
     use super::*;
 
-    /// Keeps one worker of the runtime busy (yielding, so other tasks still run) until
-    /// `stop`.
-    async fn spin(stop: CancellationToken) {
-        while !stop.is_cancelled() {
-            let until = Instant::now() + Duration::from_millis(1);
-            while Instant::now() < until {
-                std::hint::spin_loop();
-            }
-            tokio::task::yield_now().await;
-        }
-    }
-
     #[test]
     fn workers_kept_busy_press_delivery_and_idle_ones_release_it() {
         let delivery = tokio::runtime::Builder::new_multi_thread()
@@ -126,7 +114,7 @@ mod tests {
             assert!(!*pressed.borrow(), "idle workers: {}", gauge.get());
             let stop = CancellationToken::new();
             for _ in 0..2 {
-                delivery.spawn(spin(stop.clone()));
+                delivery.spawn(hookstream_testkit::busy::spin(stop.clone()));
             }
             tokio::time::timeout(within, pressed.wait_for(|p| *p))
                 .await

@@ -81,6 +81,31 @@ async fn database_reachable(pool: &PgPool, role: &str, reachable: bool) {
     }
 }
 
+/// A dispatcher running only the attempt sink, in this process (on the test's runtime).
+struct InProcessSink {
+    registry: Registry,
+    health: hookstream_telemetry::Health,
+    token: CancellationToken,
+    task: tokio::task::JoinHandle<Result<(), dispatcher::DispatchError>>,
+}
+
+fn sink_in_process(mut cfg: dispatcher::Config) -> InProcessSink {
+    cfg.dispatcher.roles = vec![dispatcher::Role::AttemptSink];
+    let registry = Registry::new();
+    let health = hookstream_telemetry::Health::default();
+    let token = CancellationToken::new();
+    let task = {
+        let (registry, health, t) = (registry.clone(), health.clone(), token.clone());
+        tokio::spawn(async move { dispatcher::run(cfg, &registry, health, t).await })
+    };
+    InProcessSink {
+        registry,
+        health,
+        token,
+        task,
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn delivery_goes_on_without_the_sink_which_lags_waits_out_the_database_and_catches_up() {
     let env = TestEnv::new(2).await.unwrap();
@@ -105,14 +130,7 @@ async fn delivery_goes_on_without_the_sink_which_lags_waits_out_the_database_and
     let (role, database) = sink_login(&env).await;
     let mut cfg = common::dispatcher_config(&env);
     cfg.database = database;
-    cfg.dispatcher.roles = vec![dispatcher::Role::AttemptSink];
-    let registry = Registry::new();
-    let health = hookstream_telemetry::Health::default();
-    let sink_token = CancellationToken::new();
-    let sink = {
-        let (registry, health, t) = (registry.clone(), health.clone(), sink_token.clone());
-        tokio::spawn(async move { dispatcher::run(cfg, &registry, health, t).await })
-    };
+    let sink = sink_in_process(cfg);
     assert!(
         eventually(Duration::from_secs(60), || async {
             stored(&env).await.0 == 1_000
@@ -136,7 +154,11 @@ async fn delivery_goes_on_without_the_sink_which_lags_waits_out_the_database_and
     // The sink measures its lag every 5 s.
     assert!(
         eventually(Duration::from_secs(15), || async {
-            common::metric(&registry, "kafka_consumergroup_lag", &[("role", "attempt_sink")]) > 0.0
+            common::metric(
+                &sink.registry,
+                "kafka_consumergroup_lag",
+                &[("role", "attempt_sink")],
+            ) > 0.0
         })
         .await,
         "the sink's lag shows"
@@ -147,10 +169,10 @@ async fn delivery_goes_on_without_the_sink_which_lags_waits_out_the_database_and
         "nothing stored while the database is away"
     );
     assert!(
-        health.failure().is_none(),
+        sink.health.failure().is_none(),
         "an outage is waited out, not a failure"
     );
-    assert!(!sink.is_finished(), "the sink runs on");
+    assert!(!sink.task.is_finished(), "the sink runs on");
 
     // Back: every attempt stored once, and the lag is gone.
     database_reachable(&env.pool, &role, true).await;
@@ -164,15 +186,19 @@ async fn delivery_goes_on_without_the_sink_which_lags_waits_out_the_database_and
     );
     assert!(
         eventually(Duration::from_secs(30), || async {
-            common::metric(&registry, "kafka_consumergroup_lag", &[("role", "attempt_sink")]) == 0.0
+            common::metric(
+                &sink.registry,
+                "kafka_consumergroup_lag",
+                &[("role", "attempt_sink")],
+            ) == 0.0
         })
         .await,
         "lag back to 0"
     );
     assert_eq!(stored(&env).await, (2_000, 2_000), "each attempt stored once");
 
-    sink_token.cancel();
-    sink.await.unwrap().expect("the sink stops cleanly");
+    sink.token.cancel();
+    sink.task.await.unwrap().expect("the sink stops cleanly");
     delivery.cancel();
     sqlx::query(&format!("DROP ROLE IF EXISTS {role}"))
         .execute(&env.pool)
@@ -245,18 +271,6 @@ async fn a_sink_sigkilled_while_it_stores_loses_nothing_and_stores_nothing_twice
     delivery.cancel();
 }
 
-/// Keeps one worker of the current runtime busy until `stop`, yielding every millisecond
-/// so that the runtime's other tasks (delivery, the pressure sampler) still run.
-async fn spin(stop: CancellationToken) {
-    while !stop.is_cancelled() {
-        let until = std::time::Instant::now() + Duration::from_millis(1);
-        while std::time::Instant::now() < until {
-            std::hint::spin_loop();
-        }
-        tokio::task::yield_now().await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn while_delivery_is_pressed_the_sink_stores_nothing_and_it_stores_everything_once_that_eases() {
     let env = TestEnv::new(2).await.unwrap();
@@ -267,24 +281,17 @@ async fn while_delivery_is_pressed_the_sink_stores_nothing_and_it_stores_everyth
 
     // The sink in this process: the runtime it measures is this test's, which delivers.
     let mut cfg = common::dispatcher_config(&env);
-    cfg.dispatcher.roles = vec![dispatcher::Role::AttemptSink];
     cfg.attempts.sink_hold_max_ms = 300_000;
-    let registry = Registry::new();
-    let health = hookstream_telemetry::Health::default();
-    let sink_token = CancellationToken::new();
-    let sink = {
-        let (registry, health, t) = (registry.clone(), health.clone(), sink_token.clone());
-        tokio::spawn(async move { dispatcher::run(cfg, &registry, health, t).await })
-    };
+    let sink = sink_in_process(cfg);
 
     // Both workers kept busy: delivery is pressed.
     let stop = CancellationToken::new();
     for _ in 0..2 {
-        tokio::spawn(spin(stop.clone()));
+        tokio::spawn(hookstream_testkit::busy::spin(stop.clone()));
     }
     assert!(
         eventually(Duration::from_secs(30), || async {
-            common::metric(&registry, "hookstream_dispatcher_delivery_busy_ratio", &[]) >= 0.5
+            common::metric(&sink.registry, "hookstream_dispatcher_delivery_busy_ratio", &[]) >= 0.5
         })
         .await,
         "the busy workers show"
@@ -300,7 +307,7 @@ async fn while_delivery_is_pressed_the_sink_stores_nothing_and_it_stores_everyth
     );
     assert!(
         eventually(Duration::from_secs(30), || async {
-            common::metric(&registry, "hookstream_attempt_sink_held_total", &[]) > 0.0
+            common::metric(&sink.registry, "hookstream_attempt_sink_held_total", &[]) > 0.0
         })
         .await,
         "the sink read the attempts and held them"
@@ -317,9 +324,9 @@ async fn while_delivery_is_pressed_the_sink_stores_nothing_and_it_stores_everyth
         stored(&env).await
     );
     assert_eq!(stored(&env).await, (200, 200), "each attempt stored once");
-    assert!(health.failure().is_none());
+    assert!(sink.health.failure().is_none());
 
-    sink_token.cancel();
-    sink.await.unwrap().expect("the sink stops cleanly");
+    sink.token.cancel();
+    sink.task.await.unwrap().expect("the sink stops cleanly");
     delivery.cancel();
 }
