@@ -8,10 +8,9 @@
 //! not store it (the sender retries).
 //!
 //! Requests arriving together share one INSERT and one commit (`hookstream-store`'s group
-//! writer), so the commit cost is paid per batch, not per request; `writers` batches are in
-//! flight at once.
+//! writer), so the commit cost is paid per batch, not per request; a pool of `writers` shares
+//! one queue, so while one batch commits the next free writer gathers the next.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -89,8 +88,7 @@ struct Inner {
     source: String,
     verifier: Verifier,
     ordering_key: Option<String>,
-    writers: Vec<Batcher<NewMessage, bool>>,
-    next_writer: AtomicUsize,
+    writer: Batcher<NewMessage, bool>,
     metrics: InboxMetrics,
     counters: Counters,
 }
@@ -128,40 +126,39 @@ impl Receiver {
         metrics: &InboxMetrics,
         wake: Arc<Notify>,
     ) -> (Self, Vec<Writer>) {
-        let mut writers = Vec::new();
-        let mut handles = Vec::new();
         let source = cfg.source.as_str();
         // Counted where the insert's result is known, not in the request: a sender that
         // hangs up while its row is being written ends the request's future, but the row
         // is stored all the same (and its redelivery is a duplicate).
         let received = metrics.received.with_label_values(&[source]);
         let duplicates = metrics.duplicates.with_label_values(&[source]);
-        for _ in 0..cfg.writers.max(1) {
-            let (pool, source, wake) = (pool.clone(), cfg.source.clone(), wake.clone());
-            let (received, duplicates) = (received.clone(), duplicates.clone());
-            let linger = std::time::Duration::from_micros(cfg.write_linger_us);
-            let (batcher, writer) =
-                Batcher::with_linger(cfg.write_batch, linger, move |rows: Vec<NewMessage>| {
-                    let (pool, source, wake) = (pool.clone(), source.clone(), wake.clone());
-                    let (received, duplicates) = (received.clone(), duplicates.clone());
-                    async move {
-                        let result = store::insert_batch(&pool, &source, &rows)
-                            .await
-                            .map_err(store_error);
-                        if let Ok(new) = &result {
-                            let stored = new.iter().filter(|n| **n).count() as u64;
-                            received.inc_by(stored);
-                            duplicates.inc_by(new.len() as u64 - stored);
-                            if stored > 0 {
-                                wake.notify_one();
-                            }
+        let ack = metrics.ack_seconds.with_label_values(&[source]);
+        let linger = std::time::Duration::from_micros(cfg.write_linger_us);
+        let store_source = cfg.source.clone();
+        let (batcher, writers) = Batcher::pool(
+            cfg.writers,
+            cfg.write_batch,
+            linger,
+            move |rows: Vec<NewMessage>| {
+                let (pool, source, wake) = (pool.clone(), store_source.clone(), wake.clone());
+                let (received, duplicates) = (received.clone(), duplicates.clone());
+                async move {
+                    let result = store::insert_batch(&pool, &source, &rows)
+                        .await
+                        .map_err(store_error);
+                    if let Ok(new) = &result {
+                        let stored = new.iter().filter(|n| **n).count() as u64;
+                        received.inc_by(stored);
+                        duplicates.inc_by(new.len() as u64 - stored);
+                        if stored > 0 {
+                            wake.notify_one();
                         }
-                        (rows, result)
                     }
-                });
-            handles.push(batcher);
-            writers.push(Box::pin(writer) as Writer);
-        }
+                    (rows, result)
+                }
+            },
+        );
+        let writers = writers.into_iter().map(|w| Box::pin(w) as Writer).collect();
         let receiver = Self {
             inner: Arc::new(Inner {
                 source: cfg.source.clone(),
@@ -171,11 +168,8 @@ impl Receiver {
                     max_body_bytes: cfg.max_body_bytes,
                 },
                 ordering_key: cfg.ordering_key.clone(),
-                writers: handles,
-                next_writer: AtomicUsize::new(0),
-                counters: Counters {
-                    ack: metrics.ack_seconds.with_label_values(&[source]),
-                },
+                writer: batcher,
+                counters: Counters { ack },
                 metrics: metrics.clone(),
             }),
         };
@@ -216,8 +210,7 @@ impl Receiver {
                 return Err(e);
             }
         };
-        let n = inner.next_writer.fetch_add(1, Ordering::Relaxed) % inner.writers.len();
-        match inner.writers[n].submit(row).await {
+        match inner.writer.submit(row).await {
             Ok(true) => Ok(Stored::New),
             Ok(false) => Ok(Stored::Duplicate),
             Err(Refused::Invalid(why, row)) => {

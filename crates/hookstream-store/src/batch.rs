@@ -12,11 +12,17 @@
 //! every submitter of the batch with its row, and each decides whether to retry (they own the
 //! backoff and the shutdown). The writer stops when every `Batcher` handle is dropped: rows
 //! submitted before that are always answered.
+//!
+//! A [`Batcher::pool`] runs several writers on one queue: whichever writer is free gathers
+//! the next batch, so while one commits another is already gathering, and a row never waits
+//! behind a busy writer while another one idles (as it would with a handle per writer, taken
+//! in turn).
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, Mutex};
 
 use crate::StoreError;
 
@@ -36,7 +42,7 @@ pub enum Refused<T> {
 
 type Reply<T, R> = oneshot::Sender<Result<R, Refused<T>>>;
 
-/// A handle that submits rows to one writer. Cheap to clone.
+/// A handle that submits rows to a writer (or a pool of them). Cheap to clone.
 pub struct Batcher<T, R> {
     tx: mpsc::Sender<(T, Reply<T, R>)>,
 }
@@ -53,7 +59,7 @@ impl<T: Send + 'static, R: Send + 'static> Batcher<T, R> {
     /// most `max_rows` more wait behind it.
     pub fn new<W, Fut>(max_rows: usize, write: W) -> (Self, impl Future<Output = ()> + Send)
     where
-        W: Fn(Vec<T>) -> Fut + Send + 'static,
+        W: Fn(Vec<T>) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = (Vec<T>, Result<Vec<R>, StoreError>)> + Send,
     {
         Self::with_linger(max_rows, Duration::ZERO, write)
@@ -67,12 +73,32 @@ impl<T: Send + 'static, R: Send + 'static> Batcher<T, R> {
         write: W,
     ) -> (Self, impl Future<Output = ()> + Send)
     where
-        W: Fn(Vec<T>) -> Fut + Send + 'static,
+        W: Fn(Vec<T>) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = (Vec<T>, Result<Vec<R>, StoreError>)> + Send,
     {
-        let max_rows = max_rows.max(1);
-        let (tx, rx) = mpsc::channel(max_rows);
-        (Self { tx }, writer(rx, max_rows, linger, write))
+        let (batcher, mut writers) = Self::pool(1, max_rows, linger, write);
+        (batcher, writers.remove(0))
+    }
+
+    /// `writers` writers sharing one queue (see the module's text), each as
+    /// [`Batcher::with_linger`]; at most `max_rows` rows per writer wait in the queue.
+    pub fn pool<W, Fut>(
+        writers: usize,
+        max_rows: usize,
+        linger: Duration,
+        write: W,
+    ) -> (Self, Vec<impl Future<Output = ()> + Send>)
+    where
+        W: Fn(Vec<T>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = (Vec<T>, Result<Vec<R>, StoreError>)> + Send,
+    {
+        let (max_rows, writers) = (max_rows.max(1), writers.max(1));
+        let (tx, rx) = mpsc::channel(max_rows * writers);
+        let (rx, write) = (Arc::new(Mutex::new(rx)), Arc::new(write));
+        let tasks = (0..writers)
+            .map(|_| writer(rx.clone(), max_rows, linger, write.clone()))
+            .collect();
+        (Self { tx }, tasks)
     }
 
     /// Submits a row and waits until it is written (or refused).
@@ -86,27 +112,41 @@ impl<T: Send + 'static, R: Send + 'static> Batcher<T, R> {
     }
 }
 
-async fn writer<T, R, W, Fut>(
-    mut rx: mpsc::Receiver<(T, Reply<T, R>)>,
+type Queue<T, R> = Arc<Mutex<mpsc::Receiver<(T, Reply<T, R>)>>>;
+
+/// Gathers the next batch into `pending`, holding the queue only while gathering (so the
+/// next free writer of a pool gathers while this one writes). False once every handle is
+/// dropped and the queue is empty.
+async fn gather<T, R>(
+    queue: &Queue<T, R>,
+    pending: &mut Vec<(T, Reply<T, R>)>,
     max_rows: usize,
     linger: Duration,
-    write: W,
-) where
+) -> bool {
+    let mut rx = queue.lock().await;
+    if rx.recv_many(pending, max_rows).await == 0 {
+        return false;
+    }
+    if !linger.is_zero() {
+        let until = tokio::time::Instant::now() + linger;
+        while pending.len() < max_rows {
+            let room = max_rows - pending.len();
+            match tokio::time::timeout_at(until, rx.recv_many(pending, room)).await {
+                Ok(0) | Err(_) => break, // every handle dropped, or the linger is over
+                Ok(_) => {}
+            }
+        }
+    }
+    true
+}
+
+async fn writer<T, R, W, Fut>(queue: Queue<T, R>, max_rows: usize, linger: Duration, write: Arc<W>)
+where
     W: Fn(Vec<T>) -> Fut,
     Fut: Future<Output = (Vec<T>, Result<Vec<R>, StoreError>)>,
 {
     let mut pending = Vec::with_capacity(max_rows);
-    while rx.recv_many(&mut pending, max_rows).await > 0 {
-        if !linger.is_zero() {
-            let until = tokio::time::Instant::now() + linger;
-            while pending.len() < max_rows {
-                let room = max_rows - pending.len();
-                match tokio::time::timeout_at(until, rx.recv_many(&mut pending, room)).await {
-                    Ok(0) | Err(_) => break, // every handle dropped, or the linger is over
-                    Ok(_) => {}
-                }
-            }
-        }
+    while gather(&queue, &mut pending, max_rows, linger).await {
         let (rows, replies): (Vec<T>, Vec<Reply<T, R>>) = pending.drain(..).unzip();
         let (rows, result) = write(rows).await;
         match result {
@@ -225,6 +265,40 @@ mod tests {
         assert_eq!(calls.load(Ordering::SeqCst), 2);
         drop(batcher);
         writer.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_pool_writes_the_next_batch_while_one_writer_is_stuck_committing() {
+        // Row 1's write hangs until released; row 2, submitted behind it, must be written
+        // by the other writer meanwhile instead of queueing behind the stuck one.
+        let release = Arc::new(tokio::sync::Notify::new());
+        let gate = release.clone();
+        let (batcher, writers) = Batcher::pool(2, 64, Duration::ZERO, move |rows: Vec<u32>| {
+            let gate = gate.clone();
+            async move {
+                if rows.contains(&1) {
+                    gate.notified().await;
+                }
+                let written = rows.iter().map(|r| r * 10).collect();
+                (rows, Ok(written))
+            }
+        });
+        let writers: Vec<_> = writers.into_iter().map(tokio::spawn).collect();
+        let b = batcher.clone();
+        let stuck = tokio::spawn(async move { b.submit(1).await.ok() });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let second = tokio::time::timeout(Duration::from_secs(5), batcher.submit(2)).await;
+        assert_eq!(
+            second.expect("row 2 waited behind the stuck writer").ok(),
+            Some(20)
+        );
+        assert!(!stuck.is_finished(), "row 1's write was meant to be stuck");
+        release.notify_one();
+        assert_eq!(stuck.await.unwrap(), Some(10));
+        drop(batcher);
+        for w in writers {
+            w.await.unwrap();
+        }
     }
 
     #[tokio::test]

@@ -45,7 +45,8 @@ pub struct ApiSettings {
     pub partition_days_ahead: u32,
     /// How often the message store's partitions are created and dropped.
     pub maintenance_interval_ms: u64,
-    /// Message creates are written in batches by this many writers, each its own connection.
+    /// Message creates are written in batches by this many writers, each its own connection,
+    /// sharing one queue (whichever is free takes what has gathered).
     pub message_writers: usize,
     /// Most messages one writer stores in one statement.
     pub message_batch_rows: usize,

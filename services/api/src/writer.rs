@@ -1,13 +1,12 @@
-//! Message creates, written in groups: each request submits its message to one of
-//! `api.message_writers` batchers (round robin) and waits for its own answer, while each
-//! writer stores whatever has gathered in one statement, one transaction
+//! Message creates, written in groups: each request submits its message to one queue and
+//! waits for its own answer, while whichever of the `api.message_writers` writers is free
+//! stores whatever has gathered in one statement, one transaction
 //! (`messages::enqueue_many`). A request is answered only after its message committed, so a
 //! 202 means the event is durable; concurrent requests share the round trip and the WAL flush,
 //! which is what makes thousands of creates per second possible on one database.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::time::Duration;
 
 use hookstream_store::batch::{Batcher, Refused};
 use hookstream_store::messages::{self, Enqueued, NewMessage};
@@ -18,25 +17,23 @@ use crate::metrics::ApiMetrics;
 
 #[derive(Clone)]
 pub struct MessageWriter {
-    batchers: Arc<Vec<Batcher<NewMessage, Enqueued>>>,
-    next: Arc<AtomicUsize>,
+    batcher: Batcher<NewMessage, Enqueued>,
 }
 
 impl MessageWriter {
     /// The writer handle and the writer tasks to supervise (each ends once every handle is
-    /// dropped and its queue is answered).
+    /// dropped and the queue is answered).
     pub fn new(
         pool: PgPool,
         writers: usize,
         max_rows: usize,
         metrics: ApiMetrics,
     ) -> (Self, Vec<impl Future<Output = ()> + Send>) {
-        let mut batchers = Vec::new();
-        let mut tasks = Vec::new();
-        for _ in 0..writers.max(1) {
-            let pool = pool.clone();
-            let metrics = metrics.clone();
-            let (batcher, task) = Batcher::new(max_rows, move |rows: Vec<NewMessage>| {
+        let (batcher, tasks) = Batcher::pool(
+            writers,
+            max_rows,
+            Duration::ZERO,
+            move |rows: Vec<NewMessage>| {
                 let pool = pool.clone();
                 let metrics = metrics.clone();
                 async move {
@@ -44,23 +41,14 @@ impl MessageWriter {
                     let result = messages::enqueue_many(&pool, &rows).await;
                     (rows, result)
                 }
-            });
-            batchers.push(batcher);
-            tasks.push(task);
-        }
-        (
-            Self {
-                batchers: Arc::new(batchers),
-                next: Arc::new(AtomicUsize::new(0)),
             },
-            tasks,
-        )
+        );
+        (Self { batcher }, tasks)
     }
 
     /// Stores one message; returns its id and whether it is new.
     pub async fn write(&self, m: NewMessage) -> Result<Enqueued, ApiError> {
-        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.batchers.len();
-        match self.batchers[i].submit(m).await {
+        match self.batcher.submit(m).await {
             Ok(done) => Ok(done),
             Err(Refused::Invalid(why, _)) => Err(refusal(why)),
             Err(Refused::Unavailable(why, _)) => Err(ApiError::Unavailable(why)),
