@@ -184,11 +184,15 @@ const SUSTAIN_DRAIN_S: u64 = 5;
 const SUSTAIN_P99_MS: f64 = 1000.0;
 /// The steps, as fractions of the backlog's drain rate.
 const LADDER: [f64; 4] = [0.5, 0.7, 0.85, 1.0];
+/// Steps halving the gap between the last step kept up with and the first one that was not:
+/// the ladder's steps are 18–40 % apart, too coarse to compare two configurations by.
+const REFINE_STEPS: usize = 2;
 
 /// The highest sustainable rate: a backlog drained as fast as it goes gives the ceiling, then
 /// rate steps at fractions of it, each for `--seconds`. The sustainable rate is the highest
 /// rate committed by the producers and kept up with; the ladder stops at the first step not
-/// kept up with, or when the producers (on the same machine) cannot reach the step's rate.
+/// kept up with (then halves the gap below it `REFINE_STEPS` times), or when the producers
+/// (on the same machine) cannot reach the step's rate.
 pub async fn max(args: &RunArgs) -> anyhow::Result<Measured> {
     let p = plan(args, "max", Load::Backlog, vec![fast(args.endpoints())]);
     let o = engine::run(&p).await?;
@@ -199,8 +203,11 @@ pub async fn max(args: &RunArgs) -> anyhow::Result<Measured> {
     let mut ladder = Vec::new();
     let mut sustained: f64 = 0.0;
     let mut limited_by = "none: every step was kept up with";
-    for f in LADDER {
-        let rate = ((drain_events_per_s * f / 100.0).round() as usize * 100).max(100);
+    let to_step = |rate: f64| ((rate / 100.0).round() as usize * 100).max(100);
+    // The rates to try: the ladder, then (once a step fails) the middle of the gap.
+    let mut next = Some(to_step(drain_events_per_s * LADDER[0]));
+    let (mut kept_below, mut failed_at, mut refined) = (0usize, None::<usize>, 0usize);
+    while let Some(rate) = next.take() {
         let mut step = plan(
             args,
             &format!("max-step-{rate}"),
@@ -216,7 +223,7 @@ pub async fn max(args: &RunArgs) -> anyhow::Result<Measured> {
         let producer_kept_rate = achieved >= 0.95 * rate as f64;
         ladder.push(LadderStep {
             rate_per_s: rate,
-            fraction_of_drain_rate: f,
+            fraction_of_drain_rate: rate as f64 / drain_events_per_s.max(1.0),
             producer_achieved_per_s: achieved,
             producer_kept_rate,
             delivered: c.delivered,
@@ -227,15 +234,29 @@ pub async fn max(args: &RunArgs) -> anyhow::Result<Measured> {
             invalid_signatures: c.invalid_signatures,
         });
         phases.push(o);
-        if !kept_up {
+        if kept_up {
+            sustained = sustained.max(achieved.min(rate as f64));
+            kept_below = kept_below.max(rate);
+            if !producer_kept_rate {
+                limited_by = "producers: they could not commit the step's rate on this machine";
+                break;
+            }
+        } else {
             limited_by = "delivery: a step was not delivered within the drain window or its p99 passed 1 s";
-            break;
+            failed_at = Some(failed_at.map_or(rate, |f| f.min(rate)));
         }
-        sustained = sustained.max(achieved.min(rate as f64));
-        if !producer_kept_rate {
-            limited_by = "producers: they could not commit the step's rate on this machine";
-            break;
-        }
+        next = match failed_at {
+            None => LADDER
+                .iter()
+                .map(|f| to_step(drain_events_per_s * f))
+                .find(|r| *r > rate),
+            Some(failed) if refined < REFINE_STEPS => {
+                refined += 1;
+                Some(to_step((kept_below + failed) as f64 / 2.0))
+                    .filter(|mid| *mid > kept_below && *mid < failed)
+            }
+            Some(_) => None,
+        };
     }
     let max = MaxFigures {
         backlog_events: args.events(),

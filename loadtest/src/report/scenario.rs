@@ -156,7 +156,9 @@ pub struct MaxSection {
     pub max: MaxFigures,
 }
 
-/// The highest sustainable rate: the backlog's drain rate, then the ladder of rate steps.
+/// The highest sustainable rate: the backlog's drain rate, then the ladder of rate steps
+/// (in the order run: the fractions of the drain rate up to the first step not kept up with,
+/// then the steps halving the gap below it).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct MaxFigures {
     pub backlog_events: usize,
