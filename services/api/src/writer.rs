@@ -29,11 +29,8 @@ impl MessageWriter {
         max_rows: usize,
         metrics: ApiMetrics,
     ) -> (Self, Vec<impl Future<Output = ()> + Send>) {
-        let (batcher, tasks) = Batcher::pool(
-            writers,
-            max_rows,
-            Duration::ZERO,
-            move |rows: Vec<NewMessage>| {
+        let (batcher, tasks) =
+            Batcher::pool(writers, max_rows, Duration::ZERO, move |rows: Vec<NewMessage>| {
                 let pool = pool.clone();
                 let metrics = metrics.clone();
                 async move {
@@ -41,8 +38,7 @@ impl MessageWriter {
                     let result = messages::enqueue_many(&pool, &rows).await;
                     (rows, result)
                 }
-            },
-        );
+            });
         (Self { batcher }, tasks)
     }
 
