@@ -188,6 +188,56 @@ const LADDER: [f64; 4] = [0.5, 0.7, 0.85, 1.0];
 /// the ladder's steps are 18–40 % apart, too coarse to compare two configurations by.
 const REFINE_STEPS: usize = 2;
 
+/// Which rate `max` tries next: the ladder's fractions of the drain rate until a step is not
+/// kept up with, then `REFINE_STEPS` steps in the middle of the gap between the highest rate
+/// kept up with and the lowest that was not (rates in whole hundreds).
+struct Ladder {
+    drain_per_s: f64,
+    kept_below: usize,
+    failed_at: Option<usize>,
+    refined: usize,
+}
+
+impl Ladder {
+    fn new(drain_per_s: f64) -> Self {
+        Self {
+            drain_per_s,
+            kept_below: 0,
+            failed_at: None,
+            refined: 0,
+        }
+    }
+
+    fn to_step(rate: f64) -> usize {
+        ((rate / 100.0).round() as usize * 100).max(100)
+    }
+
+    fn first(&self) -> usize {
+        Self::to_step(self.drain_per_s * LADDER[0])
+    }
+
+    /// The rate after `rate`, given whether it was kept up with (none: the ladder is done).
+    fn next(&mut self, rate: usize, kept_up: bool) -> Option<usize> {
+        if kept_up {
+            self.kept_below = self.kept_below.max(rate);
+        } else {
+            self.failed_at = Some(self.failed_at.map_or(rate, |f| f.min(rate)));
+        }
+        match self.failed_at {
+            None => LADDER
+                .iter()
+                .map(|f| Self::to_step(self.drain_per_s * f))
+                .find(|r| *r > rate),
+            Some(failed) if self.refined < REFINE_STEPS => {
+                self.refined += 1;
+                Some(Self::to_step((self.kept_below + failed) as f64 / 2.0))
+                    .filter(|mid| *mid > self.kept_below && *mid < failed)
+            }
+            Some(_) => None,
+        }
+    }
+}
+
 /// The highest sustainable rate: a backlog drained as fast as it goes gives the ceiling, then
 /// rate steps at fractions of it, each for `--seconds`. The sustainable rate is the highest
 /// rate committed by the producers and kept up with; the ladder stops at the first step not
@@ -203,10 +253,8 @@ pub async fn max(args: &RunArgs) -> anyhow::Result<Measured> {
     let mut ladder = Vec::new();
     let mut sustained: f64 = 0.0;
     let mut limited_by = "none: every step was kept up with";
-    let to_step = |rate: f64| ((rate / 100.0).round() as usize * 100).max(100);
-    // The rates to try: the ladder, then (once a step fails) the middle of the gap.
-    let mut next = Some(to_step(drain_events_per_s * LADDER[0]));
-    let (mut kept_below, mut failed_at, mut refined) = (0usize, None::<usize>, 0usize);
+    let mut rates = Ladder::new(drain_events_per_s);
+    let mut next = Some(rates.first());
     while let Some(rate) = next.take() {
         let mut step = plan(
             args,
@@ -236,27 +284,14 @@ pub async fn max(args: &RunArgs) -> anyhow::Result<Measured> {
         phases.push(o);
         if kept_up {
             sustained = sustained.max(achieved.min(rate as f64));
-            kept_below = kept_below.max(rate);
             if !producer_kept_rate {
                 limited_by = "producers: they could not commit the step's rate on this machine";
                 break;
             }
         } else {
             limited_by = "delivery: a step was not delivered within the drain window or its p99 passed 1 s";
-            failed_at = Some(failed_at.map_or(rate, |f| f.min(rate)));
         }
-        next = match failed_at {
-            None => LADDER
-                .iter()
-                .map(|f| to_step(drain_events_per_s * f))
-                .find(|r| *r > rate),
-            Some(failed) if refined < REFINE_STEPS => {
-                refined += 1;
-                Some(to_step((kept_below + failed) as f64 / 2.0))
-                    .filter(|mid| *mid > kept_below && *mid < failed)
-            }
-            Some(_) => None,
-        };
+        next = rates.next(rate, kept_up);
     }
     let max = MaxFigures {
         backlog_events: args.events(),
@@ -506,4 +541,39 @@ pub async fn crash(args: &RunArgs) -> anyhow::Result<Measured> {
     let baseline = baseline(args, &[&p], &contract, &mut phases, kills_figures).await?;
     let report = RunReport::Crash(scenario_report(contract, CrashSection { crash }, baseline));
     Ok(Measured { report, phases })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The rates `max` runs for a drain rate, when every rate at or below `limit` is kept up
+    /// with and every rate above it is not.
+    fn steps(drain_per_s: f64, limit: usize) -> Vec<usize> {
+        let mut ladder = Ladder::new(drain_per_s);
+        let mut rates = Vec::new();
+        let mut next = Some(ladder.first());
+        while let Some(rate) = next {
+            rates.push(rate);
+            next = ladder.next(rate, rate <= limit);
+        }
+        rates
+    }
+
+    #[test]
+    fn the_ladder_climbs_to_the_first_failure_then_halves_the_gap_below_it_twice() {
+        // 50 % kept, 70 % not: then 60 % (kept), then the middle of 60–70 %.
+        assert_eq!(steps(25_000.0, 16_000), vec![12_500, 17_500, 15_000, 16_300]);
+        // 60 % not kept either: the second halving is between 50 and 60 %.
+        assert_eq!(steps(25_000.0, 14_000), vec![12_500, 17_500, 15_000, 13_800]);
+        // The first step fails: halving between nothing and it.
+        assert_eq!(steps(25_000.0, 5_000), vec![12_500, 6_300, 3_200]);
+        // Every step kept: the ladder alone, no halving.
+        assert_eq!(steps(25_000.0, 100_000), vec![12_500, 17_500, 21_300, 25_000]);
+    }
+
+    #[test]
+    fn halving_stops_when_the_gap_is_one_step_of_a_hundred() {
+        assert_eq!(steps(200.0, 100), vec![100, 200]);
+    }
 }
