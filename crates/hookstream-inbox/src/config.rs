@@ -33,6 +33,9 @@ pub const MAX_BATCH_SIZE: i64 = 64;
 /// Longest `write_linger_us` accepted (20 ms).
 pub const MAX_WRITE_LINGER_US: u64 = 20_000;
 
+/// Longest `claim_linger_ms` accepted.
+pub const MAX_CLAIM_LINGER_MS: u64 = 1_000;
+
 /// One inbox route and its workers.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -71,6 +74,12 @@ pub struct InboxConfig {
     /// How often an idle worker looks for due rows written elsewhere (another process, or a
     /// deferral that became due); rows this process stores wake a worker at once.
     pub poll_interval_ms: u64,
+    /// After a claim that was not full, a worker waits this long before it claims again, so
+    /// that rows gather into fewer, larger transactions: each one costs a WAL flush that the
+    /// acknowledgements' commits queue behind. Processing takes up to this much longer; 0
+    /// claims again at once. Not applied with an `ordering_key` (there a claim holds at
+    /// most one row per key however long the backlog, and waiting would slow each key).
+    pub claim_linger_ms: u64,
     /// A handler running longer than this is abandoned and its row counts as a failure (a
     /// statement it was running goes on in the database until it ends or the connection's
     /// `statement_timeout` cancels it; the row's savepoint is rolled back after that).
@@ -113,6 +122,7 @@ impl Default for InboxConfig {
             workers: 2,
             batch_size: 50,
             poll_interval_ms: 250,
+            claim_linger_ms: 10,
             handler_timeout_ms: 30_000,
             defer_backoff_ms: 1_000,
             max_defer_backoff_ms: 300_000,
@@ -221,6 +231,11 @@ impl Validate for InboxConfig {
                 "inbox.write_linger_us must be at most {MAX_WRITE_LINGER_US} (every acknowledgement waits it)"
             )));
         }
+        if self.claim_linger_ms > MAX_CLAIM_LINGER_MS {
+            return Err(ConfigError::new(format!(
+                "inbox.claim_linger_ms must be at most {MAX_CLAIM_LINGER_MS} (processing waits it)"
+            )));
+        }
         if self.batch_size > MAX_BATCH_SIZE {
             return Err(ConfigError::new(format!(
                 "inbox.batch_size must be at most {MAX_BATCH_SIZE} (one subtransaction per row; PostgreSQL caches 64 per transaction)"
@@ -298,6 +313,13 @@ mod tests {
                     ..valid()
                 },
                 "inbox.write_linger_us",
+            ),
+            (
+                InboxConfig {
+                    claim_linger_ms: MAX_CLAIM_LINGER_MS + 1,
+                    ..valid()
+                },
+                "inbox.claim_linger_ms",
             ),
             (
                 InboxConfig {

@@ -11,13 +11,20 @@
 //!
 //! Every processed message adds one row to `shop_log` (no unique key on purpose: a message
 //! processed twice would show as two rows), in the same transaction as the order change.
+//!
+//! The Rust shop processes a claimed batch in three statements when it can do all of it
+//! (`handle_batch`: every paid order upserted, every shipped order updated, every message
+//! logged); a batch holding a shipment of an order not paid yet, or a malformed order event,
+//! goes message by message through `handle`, which defers or fails that one. (Paying before
+//! shipping within a batch is what `handle` does over the batches that follow: the order ends
+//! shipped either way.) The Python and Node shops process message by message.
 
 use std::time::Duration;
 
 use sqlx::{PgConnection, PgPool};
 
 use crate::store::Message;
-use crate::worker::{Handler, HandlerError, Outcome};
+use crate::worker::{Batched, Handler, HandlerError, Outcome};
 
 /// The business tables (idempotent).
 pub const SCHEMA_SQL: &str = "
@@ -103,6 +110,72 @@ impl Handler for Shop {
             .execute(&mut *conn)
             .await?;
         Ok(Outcome::Done)
+    }
+
+    async fn handle_batch(
+        &self,
+        conn: &mut PgConnection,
+        messages: &[Message],
+    ) -> Result<Batched, HandlerError> {
+        if !self.delay.is_zero() {
+            // The slow shop sleeps per message: leave it to `handle`.
+            return Ok(Batched::No);
+        }
+        let (mut paid, mut shipped) = (Vec::new(), Vec::new());
+        let (mut ids, mut types, mut orders) = (Vec::new(), Vec::new(), Vec::new());
+        for m in messages {
+            let order = m.payload.get("order_id").and_then(|v| v.as_i64());
+            match (m.event_type.as_deref(), order) {
+                (Some("order.paid"), Some(id)) => paid.push(id),
+                (Some("order.shipped"), Some(id)) => shipped.push(id),
+                // A failure: `handle` fails that message alone.
+                (Some("order.paid" | "order.shipped"), None) => return Ok(Batched::OneByOne),
+                _ => {}
+            }
+            ids.push(m.message_id.as_str());
+            types.push(m.event_type.as_deref());
+            orders.push(order);
+        }
+        // Sorted and distinct: an upsert may touch a row once per statement, and batches of
+        // concurrent workers lock orders in the same order.
+        for list in [&mut paid, &mut shipped] {
+            list.sort_unstable();
+            list.dedup();
+        }
+        if !paid.is_empty() {
+            sqlx::query(
+                "INSERT INTO shop_orders (id, status, paid_at)
+                 SELECT id, 'paid', clock_timestamp() FROM unnest($1::int8[]) AS u(id)
+                 ON CONFLICT (id) DO UPDATE SET paid_at = clock_timestamp()",
+            )
+            .bind(&paid)
+            .execute(&mut *conn)
+            .await?;
+        }
+        if !shipped.is_empty() {
+            let updated = sqlx::query(
+                "UPDATE shop_orders SET status = 'shipped', shipped_at = clock_timestamp()
+                  WHERE id = ANY($1::int8[])",
+            )
+            .bind(&shipped)
+            .execute(&mut *conn)
+            .await?
+            .rows_affected();
+            if updated != shipped.len() as u64 {
+                // An order not paid yet: `handle` defers that shipment.
+                return Ok(Batched::OneByOne);
+            }
+        }
+        sqlx::query(
+            "INSERT INTO shop_log (message_id, event_type, order_id)
+             SELECT * FROM unnest($1::text[], $2::text[], $3::int8[])",
+        )
+        .bind(&ids)
+        .bind(&types)
+        .bind(&orders)
+        .execute(&mut *conn)
+        .await?;
+        Ok(Batched::AllDone)
     }
 }
 

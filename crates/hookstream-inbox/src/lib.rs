@@ -14,7 +14,9 @@
 //!   processed, so the business change and "processed" commit together. The handler answers
 //!   [`Outcome::Done`], [`Outcome::Defer`] (not yet: retried with backoff, bounded by count
 //!   and age, then quarantined) or [`Outcome::Fail`] (retried with backoff, then
-//!   quarantined). Optionally one row at a time per ordering key.
+//!   quarantined). Optionally one row at a time per ordering key. A handler may also
+//!   process a whole batch in a few statements ([`Handler::handle_batch`]); a batch it
+//!   cannot finish whole goes row by row through `handle`.
 //! - **Keep** ([`maintenance`], [`store`]): gauges, retention of processed rows (the dedup
 //!   window), listing and replaying quarantined rows (also the `hookstream-inbox` binary).
 //!
@@ -70,7 +72,7 @@ pub use metrics::InboxMetrics;
 pub use receive::{Receiver, StoreRejection, Stored};
 pub use store::{Message, Quarantined, Selection, Stats};
 pub use verify::{Rejection, Secrets, VerifiedWebhook, Verifier};
-pub use worker::{Handler, HandlerError, Outcome};
+pub use worker::{Batched, Handler, HandlerError, Outcome};
 
 /// The schema and table the inbox lives in.
 pub const TABLE: &str = "hookstream_inbox.inbox";

@@ -4,8 +4,9 @@
 //! both (the row is claimed again, and nothing was applied); after it, both are done. So
 //! every row's business change is applied exactly once.
 //!
-//! While every row comes out `Done`, a batch runs its handlers straight on its transaction.
-//! When one does not, that batch is rolled back whole and run again with a savepoint per row:
+//! While every row comes out `Done`, a batch runs its handlers straight on its transaction:
+//! the whole batch at once when the handler processes batches ([`Handler::handle_batch`]),
+//! else each row in turn. When one does not (or the batch handler cannot do them all), that batch is rolled back whole and run again with a savepoint per row:
 //! after `Done` the change stays in the batch's transaction; `Defer` and `Fail` roll back to
 //! it (whatever the handler wrote is undone) and schedule the row again with a backoff. The
 //! next batches keep their savepoints until one comes out all `Done`. So a handler may run
@@ -78,15 +79,47 @@ impl Outcome {
 /// An error from a handler: the row counts as failed with its text.
 pub type HandlerError = Box<dyn std::error::Error + Send + Sync>;
 
-/// The application's processing of one message. `conn` is inside the transaction that will
-/// mark the message processed: make the business change on it (and nowhere else) so that
+/// What [`Handler::handle_batch`] made of a whole batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Batched {
+    /// The handler does not process batches (the default): each message goes to
+    /// [`Handler::handle`]. Return it only before writing anything.
+    No,
+    /// Every message is processed: the changes are on the connection and commit with the
+    /// rows' processed marks.
+    AllDone,
+    /// Not every message can be processed now (one would be deferred or fail): the batch is
+    /// rolled back, whatever was written included, and its messages run one by one through
+    /// [`Handler::handle`], each with its own outcome.
+    OneByOne,
+}
+
+/// The application's processing of messages. `conn` is inside the transaction that will
+/// mark the messages processed: make the business change on it (and nowhere else) so that
 /// both commit together.
 pub trait Handler: Send + Sync + 'static {
+    /// Processes one message.
     fn handle(
         &self,
         conn: &mut PgConnection,
         message: &Message,
     ) -> impl Future<Output = Result<Outcome, HandlerError>> + Send;
+
+    /// Processes a whole claimed batch at once, when every message of it can be `Done`:
+    /// a few statements for the batch instead of a few per message, which is most of the
+    /// database's work at thousands of messages a second. Optional (the default answers
+    /// [`Batched::No`]). Its effect must be what `handle` on each message, in order, would
+    /// have done; anything it cannot decide for the whole batch it leaves to `handle` by
+    /// answering [`Batched::OneByOne`]. An error, a panic or a timeout counts as `OneByOne`
+    /// (logged): `handle` then decides each message's outcome.
+    fn handle_batch(
+        &self,
+        conn: &mut PgConnection,
+        messages: &[Message],
+    ) -> impl Future<Output = Result<Batched, HandlerError>> + Send {
+        let _ = (conn, messages);
+        std::future::ready(Ok(Batched::No))
+    }
 }
 
 /// A shared handler (the application keeps a handle to it).
@@ -97,6 +130,14 @@ impl<H: Handler> Handler for Arc<H> {
         message: &Message,
     ) -> impl Future<Output = Result<Outcome, HandlerError>> + Send {
         self.as_ref().handle(conn, message)
+    }
+
+    fn handle_batch(
+        &self,
+        conn: &mut PgConnection,
+        messages: &[Message],
+    ) -> impl Future<Output = Result<Batched, HandlerError>> + Send {
+        self.as_ref().handle_batch(conn, messages)
     }
 }
 
@@ -156,6 +197,10 @@ async fn worker<H: Handler>(
     let source = cfg.source.as_str();
     let errors = metrics.errors.with_label_values(&[source]);
     let poll = Duration::from_millis(cfg.poll_interval_ms);
+    let linger = match cfg.ordering_key {
+        None => Duration::from_millis(cfg.claim_linger_ms),
+        Some(_) => Duration::ZERO,
+    };
     let mut error_streak = 0u32;
     // Batches run without savepoints while every row comes out `Done` (one statement less
     // per row); a batch where one does not is rolled back whole and run again with them, and
@@ -180,6 +225,13 @@ async fn worker<H: Handler>(
                     continue;
                 }
                 if claimed > 0 {
+                    // A partial claim: let rows gather before the next one (fewer commits).
+                    if !linger.is_zero() {
+                        tokio::select! {
+                            _ = tokio::time::sleep(linger) => {}
+                            _ = shutdown.cancelled() => {}
+                        }
+                    }
                     continue;
                 }
                 tokio::select! {
@@ -243,6 +295,27 @@ async fn run_batch<H: Handler>(
             invalid: true,
         });
     }
+    if !careful && !messages.is_empty() {
+        match run_batch_handler(handler, &mut tx, &messages, cfg).await {
+            Batched::No => {}
+            Batched::AllDone => {
+                for message in &messages {
+                    marks.push((message.id, Mark::Processed));
+                    decided.push(Decided {
+                        message_id: message.message_id.clone(),
+                        received_at: message.received_at,
+                        mark: Mark::Processed,
+                        invalid: false,
+                    });
+                }
+                return Ok(Batch::Decided(commit(tx, &locked, marks, decided).await?));
+            }
+            Batched::OneByOne => {
+                tx.rollback().await?;
+                return Ok(Batch::Redo);
+            }
+        }
+    }
     for message in &messages {
         // A savepoint per row, never released: `Done` keeps the row's changes in the batch,
         // anything else rolls back to it. (Releasing would cost a round trip per row and
@@ -286,6 +359,26 @@ async fn commit(
     store::mark(&mut tx, locked, &marks).await?;
     tx.commit().await?;
     Ok(decided)
+}
+
+/// The batch handler's answer; an error, a panic or a timeout is `OneByOne` (the messages'
+/// own handler then decides each one's outcome).
+async fn run_batch_handler<H: Handler>(
+    handler: &H,
+    conn: &mut PgConnection,
+    messages: &[Message],
+    cfg: &InboxConfig,
+) -> Batched {
+    let timeout_ms = cfg.handler_timeout_ms;
+    let run = AssertUnwindSafe(handler.handle_batch(conn, messages)).catch_unwind();
+    let why = match tokio::time::timeout(Duration::from_millis(timeout_ms), run).await {
+        Ok(Ok(Ok(batched))) => return batched,
+        Ok(Ok(Err(e))) => format!("error: {e}"),
+        Ok(Err(panic)) => format!("panicked: {}", panic_message(&panic)),
+        Err(_) => format!("timed out after {timeout_ms} ms"),
+    };
+    tracing::warn!(source = %cfg.source, messages = messages.len(), why = %why, "inbox: batch handler failed, handling the batch's messages one by one");
+    Batched::OneByOne
 }
 
 async fn run_handler<H: Handler>(

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use hookstream_inbox::{Handler, HandlerError, InboxConfig, Message, Outcome, Selection};
+use hookstream_inbox::{Batched, Handler, HandlerError, InboxConfig, Message, Outcome, Selection};
 use hookstream_signing::Secret;
 use hookstream_testkit::{eventually, TestEnv};
 use sqlx::PgConnection;
@@ -574,5 +574,146 @@ async fn a_handler_that_updates_its_own_inbox_row_still_gets_the_row_marked_once
     .await
     .unwrap();
     assert_eq!(touched, 20, "the handler's writes committed with the mark");
+    served.stop().await.expect("clean shutdown");
+}
+
+/// Processes whole batches (`handle_batch`) unless one holds a message it cannot do at once;
+/// writes a business row per message either way, so a rolled-back batch would show as twice.
+#[derive(Default)]
+struct Batching {
+    batches: Mutex<Vec<usize>>,
+    singles: Mutex<Vec<String>>,
+}
+
+impl Handler for Batching {
+    async fn handle(&self, conn: &mut PgConnection, m: &Message) -> Result<Outcome, HandlerError> {
+        self.singles.lock().unwrap().push(m.message_id.clone());
+        sqlx::query("INSERT INTO batched (message_id) VALUES ($1)")
+            .bind(&m.message_id)
+            .execute(&mut *conn)
+            .await?;
+        Ok(match m.payload["do"].as_str() {
+            Some("later") if m.deferrals == 0 => Outcome::defer("not yet"),
+            _ => Outcome::Done,
+        })
+    }
+
+    async fn handle_batch(
+        &self,
+        conn: &mut PgConnection,
+        messages: &[Message],
+    ) -> Result<Batched, HandlerError> {
+        self.batches.lock().unwrap().push(messages.len());
+        let ids: Vec<&str> = messages.iter().map(|m| m.message_id.as_str()).collect();
+        sqlx::query("INSERT INTO batched (message_id) SELECT unnest($1::text[])")
+            .bind(&ids)
+            .execute(&mut *conn)
+            .await?;
+        // Written first, then refused: the worker must roll those rows back.
+        let what = |w: &str| messages.iter().any(|m| m.payload["do"] == w);
+        if what("later") {
+            return Ok(Batched::OneByOne);
+        }
+        if what("error") {
+            return Err("the batch said no".into());
+        }
+        if what("panic") {
+            panic!("batch bug");
+        }
+        Ok(Batched::AllDone)
+    }
+}
+
+#[tokio::test]
+async fn a_batch_handler_processes_whole_batches_and_leaves_what_it_cannot_to_handle() {
+    let env = TestEnv::new(1).await.unwrap();
+    let pool = &env.pool;
+    hookstream_inbox::migrate(pool).await.unwrap();
+    sqlx::query("CREATE TABLE batched (message_id text NOT NULL)")
+        .execute(pool)
+        .await
+        .unwrap();
+    let row = |id: String, what: &str| hookstream_inbox::store::NewMessage {
+        message_id: id,
+        event_type: Some("t".into()),
+        ordering_key: None,
+        payload: serde_json::json!({ "do": what }).to_string(),
+        webhook_timestamp: 0,
+    };
+    // One statement each: a claim sees all of a group's rows or none.
+    let store = |rows: Vec<hookstream_inbox::store::NewMessage>| async move {
+        hookstream_inbox::store::insert_batch(pool, "batching", &rows)
+            .await
+            .unwrap();
+    };
+    store((0..6).map(|n| row(format!("a-{n}"), "ok")).collect()).await;
+
+    let secret = Secret::generate();
+    let handler = Arc::new(Batching::default());
+    // One worker, so that which batch runs whole and which one by one is deterministic.
+    let cfg = InboxConfig {
+        workers: 1,
+        ..test_config("batching", &secret)
+    };
+    let served = serve(pool, cfg, handler.clone()).await;
+    let processed = |n: i64| async move {
+        eventually(Duration::from_secs(20), || async {
+            statuses(pool, "batching").await == (0, n, 0)
+        })
+        .await
+    };
+    assert!(processed(6).await, "{:?}", statuses(pool, "batching").await);
+    assert_eq!(*handler.batches.lock().unwrap(), [6], "the six rows in one call");
+    assert!(
+        handler.singles.lock().unwrap().is_empty(),
+        "handle was not needed"
+    );
+
+    // A batch with a message that must wait, one whose batch errs, one whose batch panics:
+    // each batch is rolled back and its messages go through `handle` one by one.
+    // (One group at a time: after a batch that is not all `Done`, a worker runs the next
+    // batches one by one until one is.)
+    for (n, (group, odd)) in [("b", "later"), ("c", "error"), ("d", "panic")]
+        .into_iter()
+        .enumerate()
+    {
+        let mut rows: Vec<_> = (0..3).map(|n| row(format!("{group}-{n}"), "ok")).collect();
+        rows.push(row(format!("{group}-odd"), odd));
+        store(rows).await;
+        let total = 6 + 4 * (n as i64 + 1);
+        assert!(
+            processed(total).await,
+            "{group}: {:?}",
+            statuses(pool, "batching").await
+        );
+    }
+    let batches = handler.batches.lock().unwrap().clone();
+    // Each group offered whole once; the waiting message may be offered again alone when it
+    // is due (once an empty claim has ended the one-by-one spell).
+    assert_eq!(batches[0], 6, "{batches:?}");
+    assert_eq!(batches.iter().filter(|n| **n == 4).count(), 3, "{batches:?}");
+    assert!(batches[1..].iter().all(|n| *n == 4 || *n == 1), "{batches:?}");
+    let singles = handler.singles.lock().unwrap().clone();
+    for id in ["b-0", "b-odd", "c-0", "c-odd", "d-0", "d-odd"] {
+        assert!(
+            singles.iter().any(|s| s == id),
+            "{id} went through handle: {singles:?}"
+        );
+    }
+    let deferred: i32 = sqlx::query_scalar(
+        "SELECT deferrals FROM hookstream_inbox.inbox WHERE source = 'batching' AND message_id = 'b-odd'",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    assert_eq!(deferred, 1, "the waiting message was deferred once, by handle");
+    // Exactly one business row per message: nothing of a refused batch survived.
+    let written: Vec<(String, i64)> =
+        sqlx::query_as("SELECT message_id, count(*) FROM batched GROUP BY 1 ORDER BY 1")
+            .fetch_all(pool)
+            .await
+            .unwrap();
+    assert_eq!(written.len(), 18, "{written:?}");
+    assert!(written.iter().all(|(_, n)| *n == 1), "{written:?}");
     served.stop().await.expect("clean shutdown");
 }
