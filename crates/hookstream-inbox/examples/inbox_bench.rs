@@ -52,6 +52,9 @@ struct Args {
     /// Microseconds a write batch waits for more requests (`inbox.write_linger_us`).
     #[arg(long, default_value_t = 0)]
     write_linger_us: u64,
+    /// Milliseconds a worker waits after a partial claim (`inbox.claim_linger_ms`).
+    #[arg(long, default_value_t = hookstream_inbox::InboxConfig::default().claim_linger_ms)]
+    claim_linger_ms: u64,
     /// Threads of the receiver's runtime.
     #[arg(long, default_value_t = 2)]
     server_threads: usize,
@@ -61,9 +64,27 @@ struct Args {
     /// Receive only: no workers (the acknowledgement path alone).
     #[arg(long)]
     no_processing: bool,
+    /// Process message by message (the shop's `handle` only, as a handler without
+    /// `handle_batch`), instead of a claimed batch in a few statements.
+    #[arg(long)]
+    per_message: bool,
     /// Keep the database afterwards.
     #[arg(long)]
     keep: bool,
+}
+
+/// The demo shop without its batch handler: every message goes through `handle`.
+#[derive(Default)]
+struct PerMessage(hookstream_inbox::demo::Shop);
+
+impl hookstream_inbox::Handler for PerMessage {
+    async fn handle(
+        &self,
+        conn: &mut sqlx::PgConnection,
+        m: &hookstream_inbox::Message,
+    ) -> Result<hookstream_inbox::Outcome, hookstream_inbox::HandlerError> {
+        self.0.handle(conn, m).await
+    }
 }
 
 fn percentile(sorted: &[u64], p: f64) -> f64 {
@@ -121,6 +142,7 @@ fn main() -> anyhow::Result<()> {
             batch_size: args.batch_size,
             writers: args.writers,
             write_linger_us: args.write_linger_us,
+            claim_linger_ms: args.claim_linger_ms,
             poll_interval_ms: 50,
             stats_interval_ms: 1_000,
             ..Default::default()
@@ -135,6 +157,14 @@ fn main() -> anyhow::Result<()> {
                 });
             }
             receiver
+        } else if args.per_message {
+            hookstream_inbox::start(
+                pool.clone(),
+                cfg,
+                PerMessage::default(),
+                &metrics,
+                &mut supervisor,
+            )
         } else {
             hookstream_inbox::start(
                 pool.clone(),
@@ -189,73 +219,92 @@ fn main() -> anyhow::Result<()> {
     let unavailable = Arc::new(AtomicU64::new(0));
     let transport = Arc::new(AtomicU64::new(0));
     let started_wall = chrono::Utc::now();
-    let (latencies, elapsed, sent) = client_rt.block_on(async {
+    // The load is paced by a thread of its own sleeping with the OS's timer (tokio's has a
+    // 1 ms resolution: each request would start up to a millisecond after its due time, and
+    // that lateness would count as the receiver's). It starts each request on the client's
+    // runtime; latency still runs from the due time, so a late start counts.
+    let ((latencies, lateness), elapsed, sent) = client_rt.block_on(async {
         let client = reqwest::Client::builder()
             .pool_max_idle_per_host(1024)
             .tcp_nodelay(true)
             .build()?;
-        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(u64, u64)>();
-        let start = tokio::time::Instant::now() + Duration::from_millis(100);
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(u64, u64, u64)>();
+        let start = Instant::now() + Duration::from_millis(100);
         let interval_ns = 1_000_000_000 / args.rate.max(1);
         let in_flight = Arc::new(tokio::sync::Semaphore::new(args.max_in_flight));
-        for i in 0..total {
-            let due = start + Duration::from_nanos(i * interval_ns);
-            tokio::time::sleep_until(due).await;
-            let id_n = if args.duplicate_every > 0 && i % args.duplicate_every == args.duplicate_every - 1 {
-                i.saturating_sub(args.duplicate_every / 2)
-            } else {
-                i
-            };
-            let id = format!("bench-{id_n}");
-            let body = format!(
-                r#"{{"order_id":{id_n},"amount":"12.50","currency":"EUR","note":"inbox benchmark"}}"#
-            );
-            let ts = chrono::Utc::now().timestamp();
-            let sig = hookstream_signing::signature_header([&secret], &id, ts, body.as_bytes());
-            let request = client
-                .post(&url)
-                .header("content-type", "application/json")
-                .header("webhook-id", id)
-                .header("webhook-timestamp", ts.to_string())
-                .header("webhook-signature", sig)
-                .header("hookstream-event-type", "order.paid")
-                .body(body);
-            // At most this many requests in flight (the client's sockets); waiting for a slot
-            // counts in the latency, which runs from the due time.
-            let permit = in_flight.clone().acquire_owned().await.expect("semaphore open");
-            let (tx, errors) = (tx.clone(), errors.clone());
-            let (unavailable, transport) = (unavailable.clone(), transport.clone());
-            let due_std = due.into_std();
-            tokio::spawn(async move {
-                match request.send().await {
-                    Ok(r) if r.status().is_success() => {}
-                    Ok(r) => {
-                        errors.fetch_add(1, Ordering::Relaxed);
-                        if r.status().as_u16() == 503 {
-                            unavailable.fetch_add(1, Ordering::Relaxed);
-                        }
-                    }
-                    Err(e) => {
-                        errors.fetch_add(1, Ordering::Relaxed);
-                        if transport.fetch_add(1, Ordering::Relaxed) == 0 {
-                            eprintln!("first transport error: {e:?}");
-                        }
-                    }
+        let runtime = tokio::runtime::Handle::current();
+        let (errors, unavailable, transport) = (errors.clone(), unavailable.clone(), transport.clone());
+        let (url, secret, duplicate_every) = (url.clone(), secret.clone(), args.duplicate_every);
+        let pacer = std::thread::spawn(move || {
+            for i in 0..total {
+                let due = start + Duration::from_nanos(i * interval_ns);
+                if let Some(wait) = due.checked_duration_since(Instant::now()) {
+                    std::thread::sleep(wait);
                 }
-                let _ = tx.send((i, due_std.elapsed().as_micros() as u64));
-                drop(permit);
-            });
-        }
-        drop(tx);
+                let late_us = due.elapsed().as_micros() as u64;
+                let id_n = if duplicate_every > 0 && i % duplicate_every == duplicate_every - 1 {
+                    i.saturating_sub(duplicate_every / 2)
+                } else {
+                    i
+                };
+                let id = format!("bench-{id_n}");
+                let body = format!(
+                    r#"{{"order_id":{id_n},"amount":"12.50","currency":"EUR","note":"inbox benchmark"}}"#
+                );
+                let ts = chrono::Utc::now().timestamp();
+                let sig = hookstream_signing::signature_header([&secret], &id, ts, body.as_bytes());
+                let request = client
+                    .post(&url)
+                    .header("content-type", "application/json")
+                    .header("webhook-id", id)
+                    .header("webhook-timestamp", ts.to_string())
+                    .header("webhook-signature", sig)
+                    .header("hookstream-event-type", "order.paid")
+                    .body(body);
+                let (tx, in_flight) = (tx.clone(), in_flight.clone());
+                let (errors, unavailable, transport) =
+                    (errors.clone(), unavailable.clone(), transport.clone());
+                runtime.spawn(async move {
+                    // At most this many requests in flight (the client's sockets); waiting
+                    // for a slot counts in the latency.
+                    let permit = in_flight.acquire_owned().await.expect("semaphore open");
+                    match request.send().await {
+                        Ok(r) if r.status().is_success() => {}
+                        Ok(r) => {
+                            errors.fetch_add(1, Ordering::Relaxed);
+                            if r.status().as_u16() == 503 {
+                                unavailable.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                        Err(e) => {
+                            errors.fetch_add(1, Ordering::Relaxed);
+                            if transport.fetch_add(1, Ordering::Relaxed) == 0 {
+                                eprintln!("first transport error: {e:?}");
+                            }
+                        }
+                    }
+                    let _ = tx.send((i, due.elapsed().as_micros() as u64, late_us));
+                    drop(permit);
+                });
+            }
+        });
+        let mut dump = std::env::var_os("INBOX_BENCH_DUMP").and_then(|p| std::fs::File::create(p).ok());
         let mut latencies = Vec::with_capacity(total as usize);
+        let mut lateness = Vec::with_capacity(total as usize);
         let mut sent = 0u64;
-        while let Some((i, us)) = rx.recv().await {
+        while let Some((i, us, late)) = rx.recv().await {
             sent += 1;
             if i >= warmup {
+                if let Some(dump) = dump.as_mut() {
+                    use std::io::Write as _;
+                    let _ = writeln!(dump, "{i} {us}");
+                }
                 latencies.push(us);
+                lateness.push(late);
             }
         }
-        anyhow::Ok((latencies, start.elapsed(), sent))
+        pacer.join().expect("pacer thread");
+        anyhow::Ok(((latencies, lateness), start.elapsed(), sent))
     })?;
     let load_end = Instant::now();
 
@@ -304,6 +353,29 @@ fn main() -> anyhow::Result<()> {
             .sum()
     };
     let duplicates = series("hookstream_inbox_duplicates_total");
+    // The receiver's own view: request arrival to answer (`hookstream_inbox_ack_seconds`,
+    // warm-up included), as the bucket that holds each percentile.
+    let ack_buckets: Vec<(f64, f64)> = text
+        .lines()
+        .filter(|l| l.starts_with("hookstream_inbox_ack_seconds_bucket"))
+        .filter_map(|l| {
+            let le = l.split("le=\"").nth(1)?.split('"').next()?;
+            let le = if le == "+Inf" {
+                f64::INFINITY
+            } else {
+                le.parse().ok()?
+            };
+            Some((le, l.rsplit_once(' ')?.1.parse().ok()?))
+        })
+        .collect();
+    let server_bucket = |p: f64| -> f64 {
+        let count = ack_buckets.last().map(|b| b.1).unwrap_or(0.0);
+        ack_buckets
+            .iter()
+            .find(|(_, n)| *n >= p * count)
+            .map(|(le, _)| le * 1000.0)
+            .unwrap_or(f64::NAN)
+    };
 
     shutdown.cancel();
     let _ = server_rt.block_on(done);
@@ -334,6 +406,20 @@ fn main() -> anyhow::Result<()> {
         args.rate, args.seconds, args.warmup_seconds, args.duplicate_every
     );
     println!(
+        "  receiver           {} writers, {} workers of {}-row batches lingering {} ms, processing {}",
+        args.writers,
+        args.workers,
+        args.batch_size,
+        args.claim_linger_ms,
+        if args.no_processing {
+            "off"
+        } else if args.per_message {
+            "message by message"
+        } else {
+            "a batch at a time (handle_batch)"
+        }
+    );
+    println!(
         "  sent               {sent} in {:.1} s ({achieved:.0}/s), failed {} (503: {}, transport errors: {})",
         elapsed.as_secs_f64(),
         errors.load(Ordering::Relaxed),
@@ -347,6 +433,20 @@ fn main() -> anyhow::Result<()> {
         percentile(&sorted, 0.99),
         percentile(&sorted, 0.999),
         percentile(&sorted, 1.0)
+    );
+    let mut late = lateness;
+    late.sort_unstable();
+    println!(
+        "  of which the load  p50 {:.2}  p99 {:.2}  max {:.2}  (due time to the request's start: the generator's own lateness)",
+        percentile(&late, 0.5),
+        percentile(&late, 0.99),
+        percentile(&late, 1.0)
+    );
+    println!(
+        "  receiver's view    p50 <= {}  p99 <= {}  p99.9 <= {} ms  (hookstream_inbox_ack_seconds buckets, warm-up included)",
+        server_bucket(0.5),
+        server_bucket(0.99),
+        server_bucket(0.999)
     );
     println!("  stored             {stored} rows ({duplicates} duplicates answered 2xx, stored nothing)");
     println!("  processed          {processed} ({shop_rows} shop_log rows); pending after the load {} -> 0 in {:.2} s", samples.last().copied().unwrap_or(0), drained.1.as_secs_f64());
