@@ -6,12 +6,13 @@
 //!
 //! While every row comes out `Done`, a batch runs its handlers straight on its transaction:
 //! the whole batch at once when the handler processes batches ([`Handler::handle_batch`]),
-//! else each row in turn. When one does not (or the batch handler cannot do them all), that batch is rolled back whole and run again with a savepoint per row:
-//! after `Done` the change stays in the batch's transaction; `Defer` and `Fail` roll back to
-//! it (whatever the handler wrote is undone) and schedule the row again with a backoff. The
-//! next batches keep their savepoints until one comes out all `Done`. So a handler may run
-//! more than once for a message, each run but the last rolled back (as after a crash): keep
-//! its effects in the transaction. PostgreSQL keeps 64 subtransaction ids per transaction in
+//! else each row in turn. When one does not (or the batch handler cannot do them all), that
+//! batch is rolled back whole and run again with a savepoint per row: after `Done` the
+//! change stays in the batch's transaction; `Defer` and `Fail` roll back to it (whatever the
+//! handler wrote is undone) and schedule the row again with a backoff. The next batches keep
+//! their savepoints until one comes out all `Done`. So a handler may run more than once for
+//! a message, each run but the last rolled back (as after a crash): keep its effects in the
+//! transaction. PostgreSQL keeps 64 subtransaction ids per transaction in
 //! shared memory; a transaction with more (rows that wrote) makes every session's snapshots
 //! slower while it runs, so a batch holds at most 64 rows (`batch_size`).
 //!
