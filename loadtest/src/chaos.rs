@@ -687,7 +687,7 @@ pub async fn run(args: &RunArgs) -> anyhow::Result<(RunReport, Vec<Chart>)> {
         processes,
         kills: Vec::new(),
         drained: drained.deliveries_s.is_some() && drained.dead_letters_s.is_some(),
-        held_at_deadline: None,
+        held_at_deadline: drained.held_at_deadline,
         production_s: Some(production_s),
         attempt_log: None,
     };
@@ -704,6 +704,15 @@ pub async fn run(args: &RunArgs) -> anyhow::Result<(RunReport, Vec<Chart>)> {
     for (id, endpoint) in &tallied.retries_exhausted {
         eprintln!("[chaos] {id} failed every attempt at endpoint {endpoint} and was dead-lettered");
     }
+    // Cut off by the deadline while the pipeline still held records: the pairs missing may
+    // still arrive, so they are not yet delivered rather than lost (as in the contract).
+    let mut lost = tallied.lost.clone();
+    let deliveries_not_yet =
+        if drained.deliveries_s.is_none() && drained.held_at_deadline.is_some_and(|h| h > 0) {
+            std::mem::take(&mut lost.deliveries)
+        } else {
+            0
+        };
     let kind_max = |k: FaultKind| tallied.per_kind.get(k.key()).and_then(|f| f.resume_ms.max);
     let chaos = ChaosFigures {
         seed: args.seed,
@@ -720,13 +729,15 @@ pub async fn run(args: &RunArgs) -> anyhow::Result<(RunReport, Vec<Chart>)> {
             not_committed: produced.not_committed,
             in_doubt: tallied.in_doubt,
         },
-        lost: tallied.lost.clone(),
+        lost,
         retries_exhausted: exhausted,
         drain: DrainFigures {
             deliveries_s: drained.deliveries_s,
             dead_letters_s: drained.dead_letters_s,
             dead_letters_backlog: drained.sink_backlog,
             deliveries_deadline_s: args.deadline_s,
+            held_at_deadline: drained.held_at_deadline,
+            deliveries_not_yet,
         },
         per_kind: tallied.per_kind.clone(),
         unattributed_duplicates: tallied.unattributed_duplicates,
@@ -753,7 +764,11 @@ pub async fn run(args: &RunArgs) -> anyhow::Result<(RunReport, Vec<Chart>)> {
         started_ms,
     ));
     // Keep the database and topics of a run that lost something or crashed, for a post-mortem.
-    if chaos.lost.total() > 0 || !chaos.crashes.is_empty() || contract.lost > 0 {
+    if chaos.lost.total() > 0
+        || chaos.drain.deliveries_not_yet > 0
+        || !chaos.crashes.is_empty()
+        || contract.lost > 0
+    {
         eprintln!(
             "[chaos] kept database {} and topics {}* for a post-mortem; logs in {}",
             env.name,
@@ -798,6 +813,9 @@ struct Drained {
     dead_letters_s: Option<f64>,
     /// DLQ records not yet stored when the producers stopped.
     sink_backlog: i64,
+    /// At the deadline of deliveries that did not drain: records the pipeline still held
+    /// (outbox rows, events and retry-tier records not finished).
+    held_at_deadline: Option<i64>,
 }
 
 /// The DLQ sink may take this long without storing a row before the drain gives up on it.
@@ -853,9 +871,13 @@ async fn drain_pipeline(
             break;
         }
         if Instant::now() >= deadline {
+            // What is missing while records are still on their way is "not yet delivered",
+            // not lost: the report counts the two apart.
+            out.held_at_deadline = engine::hookstream_holds(env).await;
             eprintln!(
-                "[chaos] deadline: deliveries not drained {} s after the producers stopped (outbox empty: {outbox_empty})",
-                d.args.deadline_s
+                "[chaos] deadline: deliveries not drained {} s after the producers stopped (outbox empty: {outbox_empty}; records still in the pipeline: {})",
+                d.args.deadline_s,
+                out.held_at_deadline.map_or_else(|| "?".into(), |h| h.to_string())
             );
             break;
         }

@@ -816,6 +816,11 @@ async fn pipeline_holds(plan: &Plan, env: &TestEnv) -> Option<i64> {
     if let System::Baseline { .. } = plan.system {
         return baseline::backlog(&env.pool).await.ok();
     }
+    hookstream_holds(env).await
+}
+
+/// What Hookstream's pipeline still holds (see [`pipeline_holds`]).
+pub(crate) async fn hookstream_holds(env: &TestEnv) -> Option<i64> {
     let outbox = env.outbox_len().await.ok()?;
     let mut groups = vec![(env.kafka.group_id.clone(), env.kafka.topics.events.clone())];
     for tier in env.retry.tiers() {

@@ -241,7 +241,10 @@ merge_fields! {
         lost, drain, retries_exhausted, per_kind, unattributed_duplicates, unattributed_examples, crashes, events_role, measures, faults,
     }
     ProducerFigures { committed, not_committed, in_doubt }
-    DrainFigures { deliveries_s, deliveries_deadline_s, dead_letters_s, dead_letters_backlog }
+    DrainFigures {
+        deliveries_s, deliveries_deadline_s, dead_letters_s, dead_letters_backlog, held_at_deadline,
+        deliveries_not_yet,
+    }
     ChaosLost {
         events_not_shipped, deliveries, rejections_not_dead_lettered, dead_letters_not_stored,
         dead_letters_stored_twice,

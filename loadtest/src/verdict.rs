@@ -114,6 +114,13 @@ fn counts(
 }
 
 fn chaos(c: &ChaosFigures, out: &mut Vec<String>) {
+    if c.drain.deliveries_not_yet > 0 {
+        out.push(format!(
+            "did not drain before the deadline: {} deliveries to the fast and flaky endpoints not yet delivered, {} records still in the pipeline (not counted as lost)",
+            c.drain.deliveries_not_yet,
+            c.drain.held_at_deadline.map_or_else(|| "?".into(), |h| h.to_string())
+        ));
+    }
     let l = &c.lost;
     for (n, what) in [
         (
@@ -378,6 +385,16 @@ mod tests {
         assert!(with(&|_| {}).is_empty());
         let f = with(&|c| c.lost.dead_letters_not_stored = 2);
         assert_eq!(f, ["2 dead letters never stored"]);
+        // Cut off while records were still on their way: not yet delivered, not lost.
+        let f = with(&|c| {
+            c.drain.deliveries_s = None;
+            c.drain.held_at_deadline = Some(3);
+            c.drain.deliveries_not_yet = 1;
+        });
+        assert_eq!(
+            f,
+            ["did not drain before the deadline: 1 deliveries to the fast and flaky endpoints not yet delivered, 3 records still in the pipeline (not counted as lost)"]
+        );
         let f = with(&|c| {
             if let Some(k) = c.per_kind.get_mut("relay_kill") {
                 k.duplicates = k.duplicate_ceiling + 1;

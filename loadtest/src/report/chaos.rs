@@ -75,6 +75,14 @@ pub struct DrainFigures {
     pub dead_letters_s: Option<f64>,
     /// DLQ records not stored yet when the producers stopped.
     pub dead_letters_backlog: i64,
+    /// Records the pipeline still held when the deliveries' deadline passed (outbox rows,
+    /// events and retry-tier records not finished; `null`: drained, or not readable).
+    #[serde(default)]
+    pub held_at_deadline: Option<i64>,
+    /// Expecting pairs not answered 2xx at that deadline while records were still held: not
+    /// yet delivered, and not counted as lost (the run fails all the same).
+    #[serde(default)]
+    pub deliveries_not_yet: usize,
 }
 
 /// What never arrived, stage by stage; all must be 0.

@@ -497,6 +497,8 @@ pub mod fixtures {
                         deliveries_deadline_s: 180,
                         dead_letters_s: Some(40.0),
                         dead_letters_backlog: 100,
+                        held_at_deadline: None,
+                        deliveries_not_yet: 0,
                     },
                     unattributed_examples: Vec::new(),
                     crashes: Vec::new(),
