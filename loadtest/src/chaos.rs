@@ -707,12 +707,12 @@ pub async fn run(args: &RunArgs) -> anyhow::Result<(RunReport, Vec<Chart>)> {
     // Cut off by the deadline while the pipeline still held records: the pairs missing may
     // still arrive, so they are not yet delivered rather than lost (as in the contract).
     let mut lost = tallied.lost.clone();
-    let deliveries_not_yet =
-        if drained.deliveries_s.is_none() && drained.held_at_deadline.is_some_and(|h| h > 0) {
-            std::mem::take(&mut lost.deliveries)
-        } else {
-            0
-        };
+    // (Held is read only when the deliveries' deadline passed.)
+    let deliveries_not_yet = if drained.held_at_deadline.is_some_and(|h| h > 0) {
+        std::mem::take(&mut lost.deliveries)
+    } else {
+        0
+    };
     let kind_max = |k: FaultKind| tallied.per_kind.get(k.key()).and_then(|f| f.resume_ms.max);
     let chaos = ChaosFigures {
         seed: args.seed,

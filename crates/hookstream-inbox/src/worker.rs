@@ -151,6 +151,27 @@ struct Decided {
     invalid: bool,
 }
 
+impl Decided {
+    /// A row the handler decided.
+    fn handled(message: &Message, mark: Mark) -> Self {
+        Self {
+            message_id: message.message_id.clone(),
+            received_at: message.received_at,
+            mark,
+            invalid: false,
+        }
+    }
+}
+
+/// How long a worker waits after a partial claim (`claim_linger_ms`); never with an ordering
+/// key, where a claim holds at most one row per key however long the backlog.
+fn claim_linger(cfg: &InboxConfig) -> Duration {
+    match cfg.ordering_key {
+        None => Duration::from_millis(cfg.claim_linger_ms),
+        Some(_) => Duration::ZERO,
+    }
+}
+
 /// Runs `cfg.workers` workers for `cfg.source` until `shutdown`; they finish the batch in
 /// hand, commit it and return. Never returns an error for a database problem (that is
 /// retried); returns when shut down.
@@ -198,10 +219,7 @@ async fn worker<H: Handler>(
     let source = cfg.source.as_str();
     let errors = metrics.errors.with_label_values(&[source]);
     let poll = Duration::from_millis(cfg.poll_interval_ms);
-    let linger = match cfg.ordering_key {
-        None => Duration::from_millis(cfg.claim_linger_ms),
-        Some(_) => Duration::ZERO,
-    };
+    let linger = claim_linger(&cfg);
     let mut error_streak = 0u32;
     // Batches run without savepoints while every row comes out `Done` (one statement less
     // per row); a batch where one does not is rolled back whole and run again with them, and
@@ -302,12 +320,7 @@ async fn run_batch<H: Handler>(
             Batched::AllDone => {
                 for message in &messages {
                     marks.push((message.id, Mark::Processed));
-                    decided.push(Decided {
-                        message_id: message.message_id.clone(),
-                        received_at: message.received_at,
-                        mark: Mark::Processed,
-                        invalid: false,
-                    });
+                    decided.push(Decided::handled(message, Mark::Processed));
                 }
                 return Ok(Batch::Decided(commit(tx, &locked, marks, decided).await?));
             }
@@ -341,12 +354,7 @@ async fn run_batch<H: Handler>(
             }
         };
         marks.push((message.id, mark.clone()));
-        decided.push(Decided {
-            message_id: message.message_id.clone(),
-            received_at: message.received_at,
-            mark,
-            invalid: false,
-        });
+        decided.push(Decided::handled(message, mark));
     }
     Ok(Batch::Decided(commit(tx, &locked, marks, decided).await?))
 }
@@ -586,6 +594,20 @@ mod tests {
             defer_mark(&cfg, &fresh, Some(at), "x".into()),
             Mark::Retry { next_at, .. } if next_at == at
         ));
+    }
+
+    #[test]
+    fn workers_linger_after_a_partial_claim_except_with_an_ordering_key() {
+        let cfg = InboxConfig {
+            claim_linger_ms: 10,
+            ..Default::default()
+        };
+        assert_eq!(claim_linger(&cfg), Duration::from_millis(10));
+        let ordered = InboxConfig {
+            ordering_key: Some("/order_id".into()),
+            ..cfg
+        };
+        assert_eq!(claim_linger(&ordered), Duration::ZERO);
     }
 
     #[test]
