@@ -71,6 +71,10 @@ struct Args {
     /// Keep the database afterwards.
     #[arg(long)]
     keep: bool,
+    /// Let the pool test each connection with a round trip before handing it out (sqlx's
+    /// default; off here, as docs/receiving.md recommends for a receiver's pool).
+    #[arg(long)]
+    ping_on_acquire: bool,
 }
 
 /// The demo shop without its batch handler: every message goes through `handle`.
@@ -127,6 +131,7 @@ fn main() -> anyhow::Result<()> {
         db.set_path(&name);
         let pool = sqlx::postgres::PgPoolOptions::new()
             .max_connections(32)
+            .test_before_acquire(args.ping_on_acquire)
             .connect(db.as_str())
             .await?;
         hookstream_inbox::migrate(&pool).await?;
