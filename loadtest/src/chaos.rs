@@ -937,32 +937,58 @@ async fn read_dead_letters(env: &TestEnv) -> anyhow::Result<(Vec<DeadLetter>, Ve
                 .and_then(|d| d.event.as_ref())
                 .and_then(|e| Uuid::parse_str(&e.event_id).ok());
             let endpoint = dl.as_ref().and_then(|d| Uuid::parse_str(&d.endpoint_id).ok());
+            let decision = dl
+                .as_ref()
+                .and_then(|d| d.handled.as_ref())
+                .map(|h| fault_tally::decision_key(&h.topic, h.partition, h.offset, endpoint));
             DeadLetter {
                 partition: r.partition,
                 offset: r.offset,
                 event,
                 endpoint,
                 dead_at_ms: dl.as_ref().map_or(r.timestamp_ms.unwrap_or(0), |d| d.dead_at_ms) as f64,
+                decision,
             }
         })
         .collect();
-    let rows: Vec<(i32, i64, i64, f64)> = sqlx::query_as(
-        "SELECT source_partition, source_offset, count(*),
-                (extract(epoch FROM min(stored_at)) * 1000)::float8
-           FROM hookstream.dead_letters WHERE source_topic = $1 GROUP BY 1, 2",
+    type Row = (
+        i32,
+        i64,
+        f64,
+        Option<String>,
+        Option<i32>,
+        Option<i64>,
+        Option<Uuid>,
+    );
+    let rows: Vec<Row> = sqlx::query_as(
+        "SELECT source_partition, source_offset, (extract(epoch FROM stored_at) * 1000)::float8,
+                handled_topic, handled_partition, handled_offset, endpoint_id
+           FROM hookstream.dead_letters WHERE source_topic = $1 ORDER BY id",
     )
     .bind(topic)
     .fetch_all(&env.pool)
     .await?;
-    let stored = rows
-        .into_iter()
-        .map(|(partition, offset, rows, stored_at_ms)| Stored {
-            partition,
-            offset,
-            rows: usize::try_from(rows).unwrap_or(0),
-            stored_at_ms,
-        })
-        .collect();
+    let mut stored: Vec<Stored> = Vec::new();
+    let mut at: HashMap<(i32, i64), usize> = HashMap::new();
+    for (partition, offset, stored_at_ms, h_topic, h_partition, h_offset, endpoint) in rows {
+        match at.get(&(partition, offset)) {
+            Some(&i) => stored[i].rows += 1,
+            None => {
+                at.insert((partition, offset), stored.len());
+                let decision = match (h_topic, h_partition, h_offset) {
+                    (Some(t), Some(p), Some(o)) => Some(fault_tally::decision_key(&t, p, o, endpoint)),
+                    _ => None,
+                };
+                stored.push(Stored {
+                    partition,
+                    offset,
+                    rows: 1,
+                    stored_at_ms,
+                    decision,
+                });
+            }
+        }
+    }
     Ok((dead, stored))
 }
 

@@ -4,7 +4,9 @@
 //!
 //! - **Lost**, stage by stage, by id: committed events never on the events topic; expected
 //!   (event, endpoint) pairs never answered 2xx; rejected pairs never dead-lettered; DLQ
-//!   records not stored once (by topic position). A loss belongs to the fault window (from a
+//!   records not stored once (by topic position; a record whose decision, the record the
+//!   dispatcher handled and the endpoint, is stored from another position is a repeat a
+//!   dispatcher produced after a crash, and stored once). A loss belongs to the fault window (from a
 //!   fault to the next) holding the event's commit, or the dead letter's making.
 //! - **Duplicates** are 2xx answers beyond the first per (event, endpoint). Each is blamed on
 //!   the fault that made the pipeline redo the work: the pair went through extra chains of
@@ -115,6 +117,17 @@ pub struct DeadLetter {
     pub event: Option<Uuid>,
     pub endpoint: Option<Uuid>,
     pub dead_at_ms: f64,
+    /// Its decision (`decision_key`), when the record names the record it was decided on.
+    pub decision: Option<u64>,
+}
+
+/// One dead-lettering decision: the record the dispatcher handled, and the endpoint. The DLQ
+/// sink stores one row per decision, however many DLQ records carry it.
+pub fn decision_key(topic: &str, partition: i32, offset: i64, endpoint: Option<Uuid>) -> u64 {
+    use std::hash::{Hash as _, Hasher as _};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (topic, partition, offset, endpoint).hash(&mut h);
+    h.finish()
 }
 
 /// The rows `hookstream.dead_letters` holds for one DLQ position.
@@ -125,6 +138,8 @@ pub struct Stored {
     pub rows: usize,
     /// The first row's `stored_at`.
     pub stored_at_ms: f64,
+    /// The first row's decision (`decision_key`), when it has one.
+    pub decision: Option<u64>,
 }
 
 /// Everything a run recorded.
@@ -410,13 +425,28 @@ pub fn tally(o: &Observed) -> Tallied {
     let retries = Times::new(retries);
     due_retries.sort_by(|a, b| a.0.total_cmp(&b.0));
 
-    // Dead letters: each DLQ record stored once, by position.
+    // Dead letters: each DLQ record stored once, by position, or by its decision from another
+    // position (a repeat); a decision stored twice is a duplicate.
     let stored: HashMap<(i32, i64), &Stored> =
         o.stored.iter().map(|s| ((s.partition, s.offset), s)).collect();
+    let mut decided: HashMap<u64, &Stored> = HashMap::new();
+    for s in o.stored {
+        if let Some(k) = s.decision {
+            if decided.insert(k, s).is_some() {
+                lost.dead_letters_stored_twice += 1;
+            }
+        }
+    }
+    let stored_as = |d: &DeadLetter| {
+        stored
+            .get(&(d.partition, d.offset))
+            .or_else(|| d.decision.and_then(|k| decided.get(&k)))
+            .copied()
+    };
     let mut dead_sorted: Vec<&DeadLetter> = o.dead_letters.iter().collect();
     dead_sorted.sort_by(|a, b| a.dead_at_ms.total_cmp(&b.dead_at_ms));
     for d in &dead_sorted {
-        match stored.get(&(d.partition, d.offset)) {
+        match stored_as(d) {
             None => {
                 lost.dead_letters_not_stored += 1;
                 lose(&mut per, d.dead_at_ms);
@@ -463,7 +493,7 @@ pub fn tally(o: &Observed) -> Tallied {
             .iter()
             .take_while(|d| d.dead_at_ms < f.at_ms + RESUME_WINDOW_MS)
         {
-            if let Some(s) = stored.get(&(d.partition, d.offset)) {
+            if let Some(s) = stored_as(d) {
                 p.dead_letter_stored_ms = max_opt(p.dead_letter_stored_ms, s.stored_at_ms - d.dead_at_ms);
             }
         }
@@ -641,7 +671,8 @@ pub fn measures() -> Measures {
         lost: "by id: committed events never on the events topic; (event, endpoint) pairs of the fast and \
                flaky classes never answered 2xx (unless every attempt of the schedule failed and the pair \
                was dead-lettered: retries_exhausted); (event, rejecting endpoint) pairs never on the DLQ topic; \
-               DLQ records without exactly one row in hookstream.dead_letters (by topic position). A loss \
+               DLQ records without exactly one row in hookstream.dead_letters (by topic position, or by \
+               decision for a repeat a dispatcher produced after a crash). A loss \
                belongs to the window holding its commit (or its dead letter's making)"
             .into(),
     }
@@ -739,6 +770,7 @@ mod tests {
                     event: Some(a),
                     endpoint: Some(id(REJECTING)),
                     dead_at_ms: 1_006.0,
+                    decision: None,
                 },
                 DeadLetter {
                     partition: 0,
@@ -746,6 +778,7 @@ mod tests {
                     event: Some(b),
                     endpoint: Some(id(REJECTING)),
                     dead_at_ms: 5_006.0,
+                    decision: None,
                 },
             ],
             stored: vec![
@@ -754,12 +787,14 @@ mod tests {
                     offset: 0,
                     rows: 1,
                     stored_at_ms: 1_010.0,
+                    decision: None,
                 },
                 Stored {
                     partition: 0,
                     offset: 1,
                     rows: 1,
                     stored_at_ms: 9_000.0,
+                    decision: None,
                 },
             ],
         }
@@ -921,6 +956,29 @@ mod tests {
     }
 
     #[test]
+    fn a_dead_letter_produced_again_after_a_crash_is_stored_once_by_its_decision() {
+        let mut r = clean();
+        let key = decision_key("events", 0, 7, Some(id(REJECTING)));
+        r.dead_letters[0].decision = Some(key);
+        r.stored[0].decision = Some(key);
+        // The same decision again at another DLQ position, which the sink did not store.
+        let mut repeat = r.dead_letters[0];
+        repeat.offset = 2;
+        repeat.dead_at_ms = 1_500.0;
+        r.dead_letters.push(repeat);
+        let t = tally_of(&r);
+        assert_eq!(t.lost.total(), 0, "a repeat is stored once: {:?}", t.lost);
+        // A DLQ record whose decision nobody stored is lost.
+        r.dead_letters[2].decision = Some(decision_key("events", 0, 8, Some(id(REJECTING))));
+        assert_eq!(tally_of(&r).lost.dead_letters_not_stored, 1);
+        // One decision in rows at two positions is stored twice.
+        r.dead_letters.pop();
+        r.dead_letters[1].decision = Some(key);
+        r.stored[1].decision = Some(key);
+        assert_eq!(tally_of(&r).lost.dead_letters_stored_twice, 1);
+    }
+
+    #[test]
     fn a_pair_that_failed_every_attempt_and_was_dead_lettered_is_not_lost() {
         let mut r = clean();
         let b = id(2);
@@ -938,12 +996,14 @@ mod tests {
             event: Some(b),
             endpoint: Some(id(FLAKY)),
             dead_at_ms: 6_000.0,
+            decision: None,
         });
         r.stored.push(Stored {
             partition: 1,
             offset: 0,
             rows: 1,
             stored_at_ms: 6_001.0,
+            decision: None,
         });
         let t = tally_of(&r);
         assert_eq!(t.lost.total(), 0, "{:?}", t.lost);

@@ -1,8 +1,10 @@
 //! Dead letters in PostgreSQL (`hookstream.dead_letters`): what the dispatcher's DLQ sink
 //! stores from the DLQ topic, and what `hookstream dlq list|show|stats|replay` read.
 //!
-//! A row is keyed by the Kafka position of its DLQ record, so storing the same record twice
-//! (the sink re-reads after a crash) writes one row.
+//! A row is keyed twice. By the Kafka position of its DLQ record, so storing the same record
+//! twice (the sink re-reads after a crash) writes one row. And by its decision, the record
+//! whose handling made it plus the endpoint, so the same dead letter produced twice (a
+//! dispatcher that handled the same record again after a crash) writes one row too.
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -41,6 +43,10 @@ pub struct NewDeadLetter {
     pub source: Position,
     /// Where the event was originally read from.
     pub origin: Option<Position>,
+    /// The record whose handling made this dead letter; with `endpoint_id`, the decision it
+    /// records (stored once). `None` for poison on the DLQ topic and for records written
+    /// before dispatchers named it.
+    pub handled: Option<Position>,
     /// The encoded `EventEnvelope`, when there is one.
     pub event: Option<Vec<u8>>,
     /// Undecodable bytes, for poison records.
@@ -69,6 +75,9 @@ pub struct DeadLetter {
     pub origin_topic: Option<String>,
     pub origin_partition: Option<i32>,
     pub origin_offset: Option<i64>,
+    pub handled_topic: Option<String>,
+    pub handled_partition: Option<i32>,
+    pub handled_offset: Option<i64>,
     pub replayed_at: Option<DateTime<Utc>>,
     pub replay_count: i32,
 }
@@ -116,7 +125,8 @@ pub struct EndpointStats {
 
 const SUMMARY_COLUMNS: &str = "id, tenant_id, endpoint_id, event_id, event_type, reason, error_class, \
      last_status, attempts, first_attempt_at, dead_at, stored_at, source_topic, source_partition, \
-     source_offset, origin_topic, origin_partition, origin_offset, replayed_at, replay_count";
+     source_offset, origin_topic, origin_partition, origin_offset, handled_topic, \
+     handled_partition, handled_offset, replayed_at, replay_count";
 
 /// PostgreSQL text cannot hold NUL; records come from Kafka and may contain anything.
 fn clean(text: &str, max_chars: usize) -> String {
@@ -138,17 +148,18 @@ pub async fn prune(pool: &PgPool, before: DateTime<Utc>, batch: i64) -> Result<u
     Ok(done.rows_affected())
 }
 
-/// Stores a dead letter; returns its id, or `None` when this DLQ record was stored before.
+/// Stores a dead letter; returns its id, or `None` when this DLQ record, or the same decision
+/// from another record, was stored before.
 pub async fn insert(pool: &PgPool, d: &NewDeadLetter) -> Result<Option<i64>, StoreError> {
     Ok(insert_many(pool, std::slice::from_ref(d)).await?.remove(0))
 }
 
-/// Rows per statement: 19 parameters each, under PostgreSQL's 65,535.
+/// Rows per statement: 22 parameters each, under PostgreSQL's 65,535.
 pub const MAX_ROWS_PER_INSERT: usize = 1_000;
 
 /// Stores dead letters in one statement (one commit); returns, per row in order, its id or
-/// `None` when that DLQ record was stored before (the same record twice in `rows` is stored
-/// once). At most `MAX_ROWS_PER_INSERT` rows.
+/// `None` when that DLQ record or its decision was stored before (the same record or decision
+/// twice in `rows` is stored once). At most `MAX_ROWS_PER_INSERT` rows.
 pub async fn insert_many(pool: &PgPool, rows: &[NewDeadLetter]) -> Result<Vec<Option<i64>>, StoreError> {
     if rows.is_empty() {
         return Ok(Vec::new());
@@ -163,10 +174,12 @@ pub async fn insert_many(pool: &PgPool, rows: &[NewDeadLetter]) -> Result<Vec<Op
         "INSERT INTO hookstream.dead_letters
             (tenant_id, endpoint_id, event_id, event_type, reason, error_class, last_status, attempts,
              first_attempt_at, dead_at, source_topic, source_partition, source_offset,
-             origin_topic, origin_partition, origin_offset, event, raw, last_response) ",
+             origin_topic, origin_partition, origin_offset, handled_topic, handled_partition,
+             handled_offset, event, raw, last_response) ",
     );
     q.push_values(rows, |mut b, d| {
         let origin = d.origin.as_ref();
+        let handled = d.handled.as_ref();
         b.push_bind(d.tenant_id)
             .push_bind(d.endpoint_id)
             .push_bind(d.event_id)
@@ -183,12 +196,16 @@ pub async fn insert_many(pool: &PgPool, rows: &[NewDeadLetter]) -> Result<Vec<Op
             .push_bind(origin.map(|o| clean(&o.topic, MAX_LABEL_CHARS * 2)))
             .push_bind(origin.map(|o| o.partition))
             .push_bind(origin.map(|o| o.offset))
+            .push_bind(handled.map(|h| clean(&h.topic, MAX_LABEL_CHARS * 2)))
+            .push_bind(handled.map(|h| h.partition))
+            .push_bind(handled.map(|h| h.offset))
             .push_bind(d.event.as_deref())
             .push_bind(d.raw.as_deref())
             .push_bind(d.last_response.as_deref());
     });
+    // No conflict target: a row is skipped when either key (position or decision) is taken.
     q.push(
-        " ON CONFLICT (source_topic, source_partition, source_offset) DO NOTHING
+        " ON CONFLICT DO NOTHING
          RETURNING id, source_topic, source_partition, source_offset",
     );
     let stored: Vec<(i64, String, i32, i64)> = q
@@ -198,7 +215,8 @@ pub async fn insert_many(pool: &PgPool, rows: &[NewDeadLetter]) -> Result<Vec<Op
         .map_err(StoreError::from_db)?;
     let mut ids: std::collections::HashMap<(String, i32, i64), i64> =
         stored.into_iter().map(|(id, t, p, o)| ((t, p, o), id)).collect();
-    // The first row of a position gets the id; a repeat within the batch was a duplicate.
+    // The first row of a position gets the id; a repeat within the batch, or a row whose
+    // decision was stored, was a duplicate.
     Ok(rows
         .iter()
         .map(|d| {

@@ -25,6 +25,7 @@ fn letter(offset: i64) -> NewDeadLetter {
             offset,
         },
         origin: None,
+        handled: None,
         event: None,
         raw: Some(vec![1, 2, 3]),
         last_response: None,
@@ -99,4 +100,103 @@ async fn the_batch_writer_stores_the_good_rows_and_hands_back_the_refused_one() 
     }
     write.await.unwrap();
     assert_eq!(rows(&env).await, 63);
+}
+
+/// The dead letter a dispatcher produces when it handles `handled` (offset of a retry tier's
+/// record) for `endpoint`, stored from DLQ position `offset`.
+fn decision(offset: i64, handled: i64, endpoint: Option<uuid::Uuid>) -> NewDeadLetter {
+    NewDeadLetter {
+        endpoint_id: endpoint,
+        handled: Some(Position {
+            topic: "retry.30s".into(),
+            partition: 3,
+            offset: handled,
+        }),
+        ..letter(offset)
+    }
+}
+
+#[tokio::test]
+async fn the_same_decision_from_two_dlq_records_is_stored_once() {
+    let env = TestEnv::new(1).await.unwrap();
+    let (a, b) = (uuid::Uuid::now_v7(), uuid::Uuid::now_v7());
+
+    let first = dead_letters::insert(&env.pool, &decision(0, 7, Some(a)))
+        .await
+        .unwrap();
+    assert!(first.is_some());
+    // A dispatcher killed after its dead letter was acknowledged handles the tier record
+    // again and produces the same dead letter at another DLQ position.
+    assert_eq!(
+        dead_letters::insert(&env.pool, &decision(1, 7, Some(a)))
+            .await
+            .unwrap(),
+        None,
+        "the repeat is a duplicate"
+    );
+    // The same record's dead letter for another endpoint (a fan-out), and another record's
+    // for the same endpoint (a later failure, a replay that failed again) are decisions of
+    // their own.
+    assert!(dead_letters::insert(&env.pool, &decision(2, 7, Some(b)))
+        .await
+        .unwrap()
+        .is_some());
+    assert!(dead_letters::insert(&env.pool, &decision(3, 8, Some(a)))
+        .await
+        .unwrap()
+        .is_some());
+    // Poison has no endpoint: handled twice, it is one row as well.
+    assert!(dead_letters::insert(&env.pool, &decision(4, 9, None))
+        .await
+        .unwrap()
+        .is_some());
+    assert_eq!(
+        dead_letters::insert(&env.pool, &decision(5, 9, None))
+            .await
+            .unwrap(),
+        None
+    );
+    // Both keys within one batch: the first of each is stored, in order.
+    let ids = dead_letters::insert_many(
+        &env.pool,
+        &[
+            decision(6, 10, Some(a)),
+            decision(7, 10, Some(a)),
+            decision(8, 7, Some(a)),
+            decision(9, 11, Some(a)),
+        ],
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        ids.iter().map(Option::is_some).collect::<Vec<_>>(),
+        [true, false, false, true]
+    );
+    // Records that name no handled record (written before dispatchers did) are keyed by
+    // position alone, as before.
+    assert!(dead_letters::insert(&env.pool, &letter(10))
+        .await
+        .unwrap()
+        .is_some());
+    assert!(dead_letters::insert(&env.pool, &letter(11))
+        .await
+        .unwrap()
+        .is_some());
+    assert_eq!(rows(&env).await, 8);
+
+    let stored = dead_letters::list(&env.pool, &dead_letters::Filter::default(), 100)
+        .await
+        .unwrap();
+    let kept = stored
+        .iter()
+        .find(|d| d.source_offset == 0)
+        .expect("the first of the pair");
+    assert_eq!(
+        (
+            kept.handled_topic.as_deref(),
+            kept.handled_partition,
+            kept.handled_offset
+        ),
+        (Some("retry.30s"), Some(3), Some(7))
+    );
 }

@@ -264,6 +264,43 @@ impl TestEnv {
 
     /// The offsets a consumer group committed on a topic (-1 where none).
     pub async fn group_offsets(&self, group: &str, topic: &str) -> anyhow::Result<Vec<i64>> {
+        self.in_group(group, topic, Offset::Invalid, |consumer, tpl| {
+            let committed =
+                retry_transient(|| Ok(consumer.committed_offsets(tpl.clone(), Duration::from_secs(10))?))?;
+            Ok(committed
+                .elements()
+                .iter()
+                .map(|e| match e.offset() {
+                    Offset::Offset(o) => o,
+                    _ => -1,
+                })
+                .collect())
+        })
+        .await
+    }
+
+    /// Commits offset 0 on every partition of `topic` for `group`: what a consumer killed
+    /// before it stored its offsets leaves behind, so the group's next member handles every
+    /// record again. The group must have no members (stop them first); retried while the
+    /// broker still counts a leaving member.
+    pub async fn rewind_group(&self, group: &str, topic: &str) -> anyhow::Result<()> {
+        self.in_group(group, topic, Offset::Offset(0), |consumer, tpl| {
+            retry_transient(|| {
+                Ok(consumer.commit(&tpl, hookstream_kafka::rdkafka::consumer::CommitMode::Sync)?)
+            })
+        })
+        .await
+    }
+
+    /// Runs `f` off the runtime's workers with a consumer of `group` (not subscribed) and
+    /// every partition of `topic` listed at `offset`.
+    async fn in_group<T: Send + 'static>(
+        &self,
+        group: &str,
+        topic: &str,
+        offset: Offset,
+        f: impl FnOnce(&BaseConsumer, TopicPartitionList) -> anyhow::Result<T> + Send + 'static,
+    ) -> anyhow::Result<T> {
         let (kafka, topic, partitions, group) = (
             self.kafka.clone(),
             topic.to_string(),
@@ -276,18 +313,9 @@ impl TestEnv {
             let consumer: BaseConsumer = cfg.create()?;
             let mut tpl = TopicPartitionList::new();
             for p in 0..partitions {
-                tpl.add_partition(&topic, p);
+                tpl.add_partition_offset(&topic, p, offset)?;
             }
-            let committed =
-                retry_transient(|| Ok(consumer.committed_offsets(tpl.clone(), Duration::from_secs(10))?))?;
-            Ok(committed
-                .elements()
-                .iter()
-                .map(|e| match e.offset() {
-                    Offset::Offset(o) => o,
-                    _ => -1,
-                })
-                .collect())
+            f(&consumer, tpl)
         })
         .await?
     }

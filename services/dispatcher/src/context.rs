@@ -7,6 +7,7 @@ use hookstream_config::{RetryConfig, TopicsConfig};
 use hookstream_delivery::Engine;
 use hookstream_kafka::rdkafka::producer::FutureProducer;
 use hookstream_kafka::{Fatal, HandoffError};
+use hookstream_proto::SourcePosition;
 use hookstream_store::sqlx::PgPool;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
@@ -37,6 +38,27 @@ pub(crate) struct Context {
     /// The deliveries window (`max_in_flight_deliveries`), taken per event by its fan-out.
     pub(crate) deliveries: Arc<Semaphore>,
     pub(crate) settings: DispatcherSettings,
+}
+
+/// Where the work in hand was read. `origin` is the event's place in the events topic, kept
+/// through retries and replays (what people are shown); `record` is the record handled now:
+/// that same record on the first path, a retry tier's record on a retry. Dead letters carry
+/// both, and the DLQ sink stores one per handled record and endpoint, so a record handled
+/// again after a crash adds no second dead letter.
+#[derive(Debug, Clone)]
+pub(crate) struct Read {
+    pub(crate) origin: SourcePosition,
+    pub(crate) record: SourcePosition,
+}
+
+impl Read {
+    /// The first path: the record handled is the event's origin.
+    pub(crate) fn first(record: SourcePosition) -> Self {
+        Self {
+            origin: record.clone(),
+            record,
+        }
+    }
 }
 
 /// How a piece of work ended, for the tracked consumer: `Ok(true)` finished or durably

@@ -11,7 +11,9 @@
 //! `MAX_IN_FLIGHT` records wait at once; then its partitions wait in Kafka). Records that are
 //! not valid dead letters are stored too, as class `decode` with their raw bytes; nothing on
 //! this topic stops the sink (invariant 5). A row is keyed by the record's position, so a
-//! record read twice after a crash is stored once. Rows older than `retention_days` are
+//! record read twice after a crash is stored once, and by its decision (the record the
+//! dispatcher handled, and the endpoint), so a dead letter a dispatcher produced twice, having
+//! handled the same record again after a crash, is stored once too. Rows older than `retention_days` are
 //! deleted every `prune_interval_ms`.
 
 use std::sync::Arc;
@@ -223,6 +225,14 @@ fn time(ms: i64) -> Option<DateTime<Utc>> {
     (ms > 0).then(|| DateTime::from_timestamp_millis(ms)).flatten()
 }
 
+fn position(p: &hookstream_proto::SourcePosition) -> Position {
+    Position {
+        topic: p.topic.clone(),
+        partition: p.partition,
+        offset: p.offset,
+    }
+}
+
 fn parse_id(text: &str) -> Option<Uuid> {
     Uuid::parse_str(text).ok()
 }
@@ -242,6 +252,7 @@ fn poison(payload: &[u8], source: Position, reason: String, dead_at: DateTime<Ut
         dead_at,
         source,
         origin: None,
+        handled: None,
         event: None,
         raw: Some(payload.to_vec()),
         last_response: None,
@@ -300,11 +311,8 @@ pub(crate) fn to_row(payload: &[u8], source: Position, record_timestamp_ms: Opti
         first_attempt_at: time(letter.first_attempt_at_ms),
         dead_at: time(letter.dead_at_ms).unwrap_or(received_at),
         source,
-        origin: letter.origin.as_ref().map(|o| Position {
-            topic: o.topic.clone(),
-            partition: o.partition,
-            offset: o.offset,
-        }),
+        origin: letter.origin.as_ref().map(position),
+        handled: letter.handled.as_ref().map(position),
         event: event.map(|e| e.encode_to_vec()),
         raw: (!letter.raw.is_empty()).then(|| letter.raw.to_vec()),
         last_response: (!letter.last_response.is_empty())
@@ -365,9 +373,32 @@ mod tests {
             attempts: 8,
             first_attempt_at_ms: 1_000,
             dead_at_ms: 2_000,
+            origin: Some(hookstream_proto::SourcePosition {
+                topic: "events".into(),
+                partition: 2,
+                offset: 40,
+            }),
+            handled: Some(hookstream_proto::SourcePosition {
+                topic: "retry.30s".into(),
+                partition: 1,
+                offset: 7,
+            }),
             ..Default::default()
         };
         let row = to_row(&letter.encode_to_vec(), source(), None);
+        assert_eq!(
+            row.origin.as_ref().map(|o| (o.topic.as_str(), o.offset)),
+            Some(("events", 40))
+        );
+        assert_eq!(
+            row.handled,
+            Some(Position {
+                topic: "retry.30s".into(),
+                partition: 1,
+                offset: 7
+            }),
+            "the decision's record, which the sink stores once"
+        );
         assert_eq!(
             row.tenant_id,
             Some(tenant),

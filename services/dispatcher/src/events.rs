@@ -8,7 +8,7 @@ use bytes::Bytes;
 use hookstream_kafka::{Done, Fatal, Handler, Record, Start};
 use hookstream_proto::{DeadLetter, EventEnvelope, Message as _, SourcePosition};
 
-use crate::context::{now_ms, Context, Finished};
+use crate::context::{now_ms, Context, Finished, Read};
 use crate::fanout::{self, Reroute};
 use crate::handoff;
 
@@ -52,14 +52,15 @@ async fn process(ctx: &Context, work: EventWork) -> Finished {
                 reason: format!("undecodable event record: {e}"),
                 error_class: "decode".into(),
                 raw: work.payload,
-                origin: Some(work.origin),
+                origin: Some(work.origin.clone()),
+                handled: Some(work.origin),
                 dead_at_ms: now_ms(),
                 ..Default::default()
             };
             return handoff::dead_letter(ctx, letter, "").await;
         }
     };
-    fanout::route_and_deliver(ctx, event, work.origin, Reroute::default()).await
+    fanout::route_and_deliver(ctx, event, Read::first(work.origin), Reroute::default()).await
 }
 
 /// A `Finished` as the tracked consumer wants it.

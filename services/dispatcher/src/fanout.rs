@@ -7,11 +7,11 @@
 use std::time::Duration;
 
 use futures::stream::{FuturesUnordered, StreamExt as _};
-use hookstream_proto::{DeadLetter, DeliveryTask, EventEnvelope, SourcePosition};
+use hookstream_proto::{DeadLetter, DeliveryTask, EventEnvelope};
 use uuid::Uuid;
 
 use crate::attempt_log::Trigger;
-use crate::context::{now_ms, pause, Context, Finished};
+use crate::context::{now_ms, pause, Context, Finished, Read};
 use crate::subscriptions::Route;
 use crate::{handoff, outcome};
 
@@ -26,7 +26,7 @@ pub(crate) struct Reroute {
 pub(crate) async fn route_and_deliver(
     ctx: &Context,
     event: EventEnvelope,
-    origin: SourcePosition,
+    read: Read,
     reroute: Reroute,
 ) -> Finished {
     let route = match Uuid::parse_str(&event.tenant_id) {
@@ -48,7 +48,7 @@ pub(crate) async fn route_and_deliver(
         },
     };
     let endpoints = match route {
-        Route::UnknownTenant => return Box::pin(unknown_tenant(ctx, event, origin, reroute)).await,
+        Route::UnknownTenant => return Box::pin(unknown_tenant(ctx, event, read, reroute)).await,
         Route::Endpoints(eps) if eps.is_empty() => {
             ctx.metrics.events.with_label_values(&["unsubscribed"]).inc();
             return Ok(true);
@@ -69,7 +69,7 @@ pub(crate) async fn route_and_deliver(
         },
         _ = ctx.shutdown.cancelled() => return Ok(false),
     };
-    let deliver = |ep| outcome::attempt(ctx, &event, ep, 1, 0, &origin, Trigger::First);
+    let deliver = |ep| outcome::attempt(ctx, &event, ep, 1, 0, &read, Trigger::First);
     if let [ep] = endpoints.as_slice() {
         return deliver(ep).await;
     }
@@ -89,12 +89,7 @@ pub(crate) async fn route_and_deliver(
 
 /// The tenant is unknown to a snapshot at least as new as the event: routed again later
 /// (the tenant may be restored, or the event predates versions), then dead-lettered.
-async fn unknown_tenant(
-    ctx: &Context,
-    event: EventEnvelope,
-    origin: SourcePosition,
-    reroute: Reroute,
-) -> Finished {
+async fn unknown_tenant(ctx: &Context, event: EventEnvelope, read: Read, reroute: Reroute) -> Finished {
     let now = now_ms();
     let first_seen = if reroute.first_seen_ms > 0 {
         reroute.first_seen_ms
@@ -115,7 +110,7 @@ async fn unknown_tenant(
             attempt: reroute.tries.saturating_add(1),
             due_at_ms: now.saturating_add(backoff),
             first_attempt_at_ms: first_seen,
-            origin: Some(origin),
+            origin: Some(read.origin),
             last_status: 0,
             last_error_class: "unknown_tenant".into(),
             last_error: format!("unknown tenant {}", event.tenant_id),
@@ -139,7 +134,8 @@ async fn unknown_tenant(
         error_class: "unknown_tenant".into(),
         attempts: reroute.tries,
         first_attempt_at_ms: first_seen,
-        origin: Some(origin),
+        origin: Some(read.origin),
+        handled: Some(read.record),
         dead_at_ms: now_ms(),
         event: Some(event),
         ..Default::default()

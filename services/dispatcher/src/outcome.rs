@@ -7,11 +7,11 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use hookstream_delivery::{ErrorClass, Message, Outcome, Target, Verdict};
-use hookstream_proto::{DeadLetter, EventEnvelope, SourcePosition};
+use hookstream_proto::{DeadLetter, EventEnvelope};
 use hookstream_store::endpoints::ActiveEndpoint;
 
 use crate::attempt_log::{verdict_label, Attempt, Next, Trigger};
-use crate::context::{now_ms, Context, Finished};
+use crate::context::{now_ms, Context, Finished, Read};
 use crate::{endpoint_health, handoff, retry};
 
 /// Attempt number `attempt` (1 on the main path) of `event` to `ep`. `Ok(true)` once the
@@ -22,7 +22,7 @@ pub(crate) async fn attempt(
     ep: &ActiveEndpoint,
     attempt: u32,
     first_attempt_at_ms: i64,
-    origin: &SourcePosition,
+    read: &Read,
     trigger: Trigger,
 ) -> Finished {
     let admitted = tokio::select! {
@@ -40,7 +40,7 @@ pub(crate) async fn attempt(
                 ep.endpoint.id,
                 attempt - 1,
                 first_attempt_at_ms,
-                origin,
+                &read.origin,
                 refusal,
             );
             return Box::pin(handoff::to_retry_tier(ctx, &task)).await;
@@ -109,7 +109,7 @@ pub(crate) async fn attempt(
                 ep.endpoint.id,
                 attempt,
                 first_attempt_at_ms,
-                origin,
+                &read.origin,
                 &outcome,
             ) {
                 Some(task) => {
@@ -151,7 +151,8 @@ pub(crate) async fn attempt(
         attempts: attempt,
         first_attempt_at_ms,
         dead_at_ms: now_ms(),
-        origin: Some(origin.clone()),
+        origin: Some(read.origin.clone()),
+        handled: Some(read.record.clone()),
         raw: Bytes::new(),
         last_response: outcome.response.clone(),
     };

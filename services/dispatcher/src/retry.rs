@@ -28,7 +28,7 @@ use tokio::sync::Semaphore;
 use uuid::Uuid;
 
 use crate::attempt_log::Trigger;
-use crate::context::{now_ms, Context, Finished};
+use crate::context::{now_ms, Context, Finished, Read};
 use crate::events::done;
 use crate::fanout::{self, Reroute};
 use crate::isolation::Refusal;
@@ -290,7 +290,8 @@ impl RetryRole {
                     reason,
                     error_class: "decode".into(),
                     raw: payload,
-                    origin: Some(position),
+                    origin: Some(position.clone()),
+                    handled: Some(position),
                     dead_at_ms: now_ms(),
                     ..Default::default()
                 };
@@ -348,13 +349,16 @@ impl RetryRole {
 async fn deliver(ctx: &Context, task: DeliveryTask, position: SourcePosition, trigger: Trigger) -> Finished {
     let event = task.event.clone().unwrap_or_default();
     // Retry and dead-letter records keep pointing at the event's place in the events topic.
-    let original = task.origin.clone().unwrap_or(position);
+    let read = Read {
+        origin: task.origin.clone().unwrap_or_else(|| position.clone()),
+        record: position,
+    };
     if task.endpoint_id.is_empty() {
         let reroute = Reroute {
             tries: task.attempt,
             first_seen_ms: task.first_attempt_at_ms,
         };
-        return fanout::route_and_deliver(ctx, event, original, reroute).await;
+        return fanout::route_and_deliver(ctx, event, read, reroute).await;
     }
     let endpoint = match Uuid::parse_str(&task.endpoint_id) {
         Ok(id) => ctx.subs.endpoint(id).await,
@@ -373,7 +377,8 @@ async fn deliver(ctx: &Context, task: DeliveryTask, position: SourcePosition, tr
             attempts: task.attempt,
             first_attempt_at_ms: task.first_attempt_at_ms,
             dead_at_ms: now_ms(),
-            origin: Some(original),
+            origin: Some(read.origin),
+            handled: Some(read.record),
             event: Some(event),
             ..Default::default()
         };
@@ -385,7 +390,7 @@ async fn deliver(ctx: &Context, task: DeliveryTask, position: SourcePosition, tr
         &ep,
         task.attempt.saturating_add(1),
         task.first_attempt_at_ms,
-        &original,
+        &read,
         trigger,
     )
     .await

@@ -89,6 +89,14 @@ async fn a_dead_letter_is_stored_with_its_reason_and_a_replay_delivers_it_with_t
         Some(env.kafka.topics.events.as_str())
     );
     assert_eq!(row.source_topic, env.kafka.topics.dlq);
+    let handled = row
+        .handled_topic
+        .as_deref()
+        .expect("the record it was decided on");
+    assert!(
+        cfg.retry.tiers().iter().any(|t| t.topic == handled),
+        "the last attempt was a retry: its tier's record ({handled})"
+    );
     let first = row.first_attempt_at.expect("first attempt time");
     assert!(
         (row.dead_at - first).num_milliseconds() >= 3_000,
@@ -276,6 +284,7 @@ fn poison_row(offset: i64, dead_at: chrono::DateTime<chrono::Utc>) -> NewDeadLet
             offset,
         },
         origin: None,
+        handled: None,
         event: None,
         raw: Some(vec![0, 1, 2]),
         last_response: None,
@@ -334,6 +343,100 @@ async fn storing_the_same_dlq_record_twice_writes_one_row() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_handled_again_after_a_crash_is_dead_lettered_once() {
+    let env = TestEnv::new(2).await.unwrap();
+    let tenant = env.tenant("t").await.unwrap();
+    let receiver = Receiver::start(Behaviour::Status(404)).await;
+    let ep = env.endpoint(tenant, &receiver, &[]).await.unwrap();
+    let cfg = config(&env, vec![1_000]);
+    let relay = tokio_util::sync::CancellationToken::new();
+    common::start_relay(&env, &relay);
+    let run_dispatcher = || {
+        let (cfg, token) = (cfg.clone(), tokio_util::sync::CancellationToken::new());
+        let t = token.clone();
+        let handle =
+            tokio::spawn(async move { dispatcher::run(cfg, &Registry::new(), Default::default(), t).await });
+        (token, handle)
+    };
+    let ids = env
+        .publish(&[NewEvent::new(tenant, "order.created", json!({ "n": 1 }))])
+        .await
+        .unwrap();
+    let by_endpoint = Filter {
+        endpoint: Some(ep),
+        ..Default::default()
+    };
+    let (token, handle) = run_dispatcher();
+    assert!(
+        eventually(Duration::from_secs(30), || async {
+            rows(&env, &by_endpoint).await.len() == 1
+        })
+        .await,
+        "the 404 was dead-lettered and stored"
+    );
+    assert!(env.committed_to_end(Duration::from_secs(20)).await);
+    token.cancel();
+    handle.await.unwrap().expect("the dispatcher stopped cleanly");
+
+    // As if the dispatcher had been killed after its dead letter was acknowledged and before
+    // its offset was stored: the next one handles the event's record again.
+    env.rewind_group(&env.kafka.group_id, &env.kafka.topics.events)
+        .await
+        .unwrap();
+    let (token, handle) = run_dispatcher();
+    assert!(
+        eventually(Duration::from_secs(30), || async { receiver.count() == 2 }).await,
+        "the record was handled again: a second attempt"
+    );
+    let dlq = &env.kafka.topics.dlq;
+    assert!(
+        eventually(Duration::from_secs(30), || async {
+            env.end_offsets(dlq).await.unwrap().iter().sum::<i64>() == 2
+        })
+        .await,
+        "and a second dead letter produced"
+    );
+    let records = env.read_all(dlq).await.unwrap();
+    let letters: Vec<DeadLetter> = records
+        .iter()
+        .map(|r| DeadLetter::decode(r.payload.as_slice()).unwrap())
+        .collect();
+    assert_eq!(letters.len(), 2);
+    assert_eq!(
+        letters[0].handled, letters[1].handled,
+        "both name the record they were decided on"
+    );
+    let handled = letters[0].handled.clone().expect("a handled record");
+    assert_eq!(
+        handled.topic, env.kafka.topics.events,
+        "on the first path, the event's own record"
+    );
+    assert!(
+        eventually(Duration::from_secs(30), || async {
+            env.group_offsets(&env.dlq_sink_group(), dlq)
+                .await
+                .unwrap()
+                .iter()
+                .map(|o| (*o).max(0))
+                .sum::<i64>()
+                == 2
+        })
+        .await,
+        "the sink went past both"
+    );
+    let stored = rows(&env, &by_endpoint).await;
+    assert_eq!(stored.len(), 1, "one decision, one row: {stored:?}");
+    assert_eq!(stored[0].event_id, Some(ids[0]));
+    assert_eq!(
+        (stored[0].handled_topic.as_deref(), stored[0].handled_offset),
+        (Some(handled.topic.as_str()), Some(handled.offset))
+    );
+    token.cancel();
+    handle.await.unwrap().expect("the dispatcher stopped cleanly");
+    relay.cancel();
+}
+
 /// Replays 30 dead letters at 10/s and checks the receiver's arrival times. With
 /// `dispatcher_late`, the dispatcher starts only after the whole replay was produced, so the
 /// retry role takes every task up overdue at once: the pacing must then come from the
@@ -367,6 +470,7 @@ async fn replay_at_rate(dispatcher_late: bool) {
                 offset: n as i64,
             },
             origin: None,
+            handled: None,
             event: Some(e.encode_to_vec()),
             raw: None,
             last_response: None,

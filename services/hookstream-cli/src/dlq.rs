@@ -531,6 +531,9 @@ fn print_show(d: &DeadLetterDetail) {
     if let (Some(t), Some(p), Some(o)) = (&l.origin_topic, l.origin_partition, l.origin_offset) {
         println!("  origin:        {t} partition {p} offset {o}");
     }
+    if let (Some(t), Some(p), Some(o)) = (&l.handled_topic, l.handled_partition, l.handled_offset) {
+        println!("  decided on:    {t} partition {p} offset {o}");
+    }
     println!(
         "  dlq record:    {} partition {} offset {}",
         l.source_topic, l.source_partition, l.source_offset
