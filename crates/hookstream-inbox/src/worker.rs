@@ -223,7 +223,8 @@ async fn worker<H: Handler>(
     let mut error_streak = 0u32;
     // Batches run without savepoints while every row comes out `Done` (one statement less
     // per row); a batch where one does not is rolled back whole and run again with them, and
-    // so are the next ones until a batch with savepoints comes out all `Done`.
+    // so are the next ones until a batch with savepoints comes out all `Done` (an empty
+    // claim says nothing either way, and keeps the mode).
     let mut careful = false;
     while !shutdown.is_cancelled() {
         match run_batch(&pool, &cfg, handler.as_ref(), careful).await {
@@ -233,7 +234,7 @@ async fn worker<H: Handler>(
             }
             Ok(Batch::Decided(decided)) => {
                 error_streak = 0;
-                if careful && decided.iter().all(|d| d.mark == Mark::Processed) {
+                if careful && !decided.is_empty() && decided.iter().all(|d| d.mark == Mark::Processed) {
                     careful = false;
                 }
                 let claimed = decided.len();
