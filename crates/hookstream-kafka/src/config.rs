@@ -42,6 +42,12 @@ pub fn producer_config(cfg: &KafkaConfig, message_timeout: Duration) -> ClientCo
     let mut c = base(cfg);
     c.set("compression.type", "lz4")
         .set("linger.ms", "2")
+        // Hand-offs carry an events record and more (`topics::HANDOFF_RECORD_BYTES`); the
+        // topic's own limit still decides.
+        .set(
+            "message.max.bytes",
+            crate::topics::HANDOFF_RECORD_BYTES.to_string(),
+        )
         .set("message.timeout.ms", message_timeout.as_millis().to_string());
     overrides(&mut c, cfg);
     c.set("enable.idempotence", "true").set("acks", "all");

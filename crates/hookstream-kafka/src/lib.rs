@@ -17,7 +17,7 @@ pub mod tracker;
 pub use config::{client_config, consumer_config, producer_config};
 pub use consumer::{ConsumerError, ConsumerSettings, Done, Fatal, Handler, Record, Start};
 pub use group_view::{GroupView, Membership, PartitionOffsets};
-pub use handoff::{produce_until_acked, HandoffError};
+pub use handoff::{produce_until_acked, HandoffError, HandoffProducer};
 pub use lag::ConsumerMetrics;
 pub use probe::{probe, probe_at_start, ProbeError, PROBE_TIMEOUT};
 pub use rdkafka;

@@ -90,6 +90,16 @@ impl TopicSpec {
     }
 }
 
+/// The largest record the retry tiers and the DLQ accept (their `max.message.bytes`), and the
+/// largest a Hookstream producer sends (`message.max.bytes`). An events record of the relay's
+/// largest (`relay.max_record_bytes`, 1,000,000 by default, under the broker's default limit
+/// that the events topic keeps) grows on its way: a retry record adds a few fields, a dead
+/// letter its reason and up to 64 KiB of the last response. At the broker's default such a
+/// record would be refused; with 2 MiB it fits with room to spare. A record refused anyway
+/// (a topic made elsewhere with a lower limit) is made smaller by the dispatcher, never
+/// retried as it is.
+pub const HANDOFF_RECORD_BYTES: usize = 2 * 1024 * 1024;
+
 /// The events, DLQ and attempts topics, as `kafka.topic_settings` says.
 pub fn main_specs(kafka: &KafkaConfig) -> Vec<TopicSpec> {
     let s = &kafka.topic_settings;
@@ -101,7 +111,7 @@ pub fn main_specs(kafka: &KafkaConfig) -> Vec<TopicSpec> {
     };
     vec![
         spec(&kafka.topics.events, s.events_retention_ms),
-        spec(&kafka.topics.dlq, s.dlq_retention_ms),
+        spec(&kafka.topics.dlq, s.dlq_retention_ms).config("max.message.bytes", HANDOFF_RECORD_BYTES),
         spec(&kafka.topics.attempts, s.attempts_retention_ms),
     ]
 }
@@ -119,6 +129,7 @@ pub fn tier_specs(kafka: &KafkaConfig, retry: &RetryConfig) -> Vec<TopicSpec> {
                 .config("cleanup.policy", "delete")
                 .config("retention.ms", retry.tier_retention_ms)
                 .config("message.timestamp.type", "LogAppendTime")
+                .config("max.message.bytes", HANDOFF_RECORD_BYTES)
         })
         .collect()
 }
@@ -285,7 +296,7 @@ pub struct Fixed {
 }
 
 /// Brings existing topics' configuration in line with their specs (retention, timestamp
-/// type). Kafka's AlterConfigs replaces a topic's whole dynamic configuration, so every key
+/// type, record size limit). Kafka's AlterConfigs replaces a topic's whole dynamic configuration, so every key
 /// of the spec is written, together with the topic's other dynamic settings as they were.
 pub async fn fix(cfg: &KafkaConfig, specs: &[TopicSpec]) -> Result<Vec<Fixed>, TopicError> {
     let admin = admin(cfg)?;

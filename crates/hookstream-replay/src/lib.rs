@@ -548,6 +548,13 @@ fn replayable(row: &DeadLetterDetail) -> Result<(Target, EventEnvelope), String>
     })?;
     let event =
         EventEnvelope::decode(bytes).map_err(|e| format!("its stored event cannot be decoded: {e}"))?;
+    // An event's payload is JSON, never empty: an empty one was left out of a dead letter the
+    // DLQ topic refused as too large (its reason says so and where the event is).
+    if event.payload.is_empty() {
+        return Err(
+            "its event's payload was not kept (the dead letter was larger than the DLQ topic accepts)".into(),
+        );
+    }
     let target = match row.letter.endpoint_id {
         Some(endpoint) => Target::Endpoint(endpoint),
         None if row.letter.error_class == "unknown_tenant" => Target::Tenant(

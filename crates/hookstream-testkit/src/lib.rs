@@ -86,9 +86,15 @@ impl TestEnv {
             group_id: format!("test.{id}.dispatcher"),
             ..Default::default()
         };
-        let specs: Vec<TopicSpec> = [&topics.events, &topics.dlq, &topics.attempts]
+        // As `hookstream topics create` makes them (the DLQ's record limit included), with this
+        // environment's partitions and one replica.
+        let specs: Vec<TopicSpec> = hookstream_kafka::topics::main_specs(&kafka)
             .into_iter()
-            .map(|t| TopicSpec::new(t.as_str(), partitions).replication(1))
+            .map(|s| TopicSpec {
+                partitions,
+                replication: 1,
+                ..s
+            })
             .collect();
         hookstream_kafka::ensure_topics(&kafka, &specs)
             .await

@@ -5,7 +5,6 @@ use std::sync::Arc;
 
 use hookstream_config::{RetryConfig, TopicsConfig};
 use hookstream_delivery::Engine;
-use hookstream_kafka::rdkafka::producer::FutureProducer;
 use hookstream_kafka::{Fatal, HandoffError};
 use hookstream_proto::SourcePosition;
 use hookstream_store::sqlx::PgPool;
@@ -23,7 +22,7 @@ pub(crate) struct Context {
     pub(crate) engine: Engine,
     pub(crate) subs: Arc<Subscriptions>,
     /// Hand-offs to the retry tiers and the DLQ (acknowledged before an offset is stored).
-    pub(crate) producer: FutureProducer,
+    pub(crate) producer: hookstream_kafka::HandoffProducer,
     /// The attempt log: fire and forget.
     pub(crate) attempt_log: AttemptLog,
     pub(crate) pool: PgPool,
@@ -71,6 +70,8 @@ pub(crate) fn handed(result: Result<(i32, i64), HandoffError>) -> Finished {
         Ok(_) => Ok(true),
         Err(HandoffError::Shutdown) => Ok(false),
         Err(HandoffError::Fatal(reason)) => Err(Fatal(reason)),
+        // The hand-offs make a refused record smaller or dead-letter it before this.
+        Err(e @ HandoffError::TooLarge { .. }) => Err(Fatal(e.to_string())),
     }
 }
 

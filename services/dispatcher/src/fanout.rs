@@ -116,7 +116,7 @@ async fn unknown_tenant(ctx: &Context, event: EventEnvelope, read: Read, reroute
             last_error: format!("unknown tenant {}", event.tenant_id),
             event: Some(event),
         };
-        return handoff::to_retry_tier(ctx, &task).await;
+        return handoff::to_retry_tier(ctx, &task, &read.record).await;
     }
     ctx.metrics.events.with_label_values(&["unknown_tenant"]).inc();
     let reason = if waited > 0 {

@@ -142,7 +142,7 @@ pub async fn run(
         metrics.init_tiers(cfg.retry.tiers().iter().map(|t| cfg.retry.tier_label(&t.topic)));
     }
     let subs = subscriptions::Subscriptions::load(pool.clone(), sealer, metrics.clone()).await?;
-    let producer = hookstream_kafka::producer_config(&cfg.kafka, Duration::from_secs(30)).create()?;
+    let producer = hookstream_kafka::HandoffProducer::new(&cfg.kafka, Duration::from_secs(30))?;
     let attempt_log = attempt_log::AttemptLog::new(
         &cfg.kafka,
         cfg.attempts.log,

@@ -31,6 +31,8 @@ pub struct DispatcherMetrics {
     pub attempt_records_dropped: IntCounter,
     /// Deliveries handed to a retry tier, by tier (`5s`, `5m`, …).
     pub retry_produced: IntCounterVec,
+    /// Hand-offs Kafka refused as too large, by destination (`retry`, `dlq`).
+    pub too_large: IntCounterVec,
     /// Retry records consumed, by tier.
     pub retry_consumed: IntCounterVec,
     /// How late after its due time a retry was attempted (never negative: never early).
@@ -137,6 +139,15 @@ impl DispatcherMetrics {
             attempt_records_dropped: IntCounter::new(
                 "hookstream_dispatcher_attempt_records_dropped_total",
                 "Attempt records Kafka did not acknowledge",
+            )
+            .unwrap(),
+            too_large: IntCounterVec::new(
+                Opts::new(
+                    "hookstream_dispatcher_records_too_large_total",
+                    "Hand-offs Kafka refused as too large: retry records (then dead-lettered) and dead letters (then \
+                     produced without their last response or payload)",
+                ),
+                &["destination"],
             )
             .unwrap(),
             retry_produced: IntCounterVec::new(
@@ -318,6 +329,7 @@ impl DispatcherMetrics {
         let _ = registry.register(Box::new(m.breakers_open.clone()));
         let _ = registry.register(Box::new(m.requests_in_flight.clone()));
         let _ = registry.register(Box::new(m.retry_produced.clone()));
+        let _ = registry.register(Box::new(m.too_large.clone()));
         let _ = registry.register(Box::new(m.retry_consumed.clone()));
         let _ = registry.register(Box::new(m.retry_lateness.clone()));
         let _ = registry.register(Box::new(m.retry_hops.clone()));
@@ -363,11 +375,17 @@ impl DispatcherMetrics {
         let classes: Vec<&str> = ErrorClass::ALL
             .iter()
             .map(|c| c.as_str())
-            .chain(["decode", "unknown_tenant", "endpoint_disabled"])
+            .chain([
+                "decode",
+                "unknown_tenant",
+                "endpoint_disabled",
+                crate::handoff::TOO_LARGE,
+            ])
             .collect();
         init(&self.dead_letters, &classes);
         init(&self.endpoints_disabled, &["gone", "failing"]);
         init(&self.dlq_stored, &["stored", "duplicate"]);
+        init(&self.too_large, &["retry", "dlq"]);
         init(&self.dlq_replayed, &["dead_letter", "resend"]);
         init(
             &self.deferrals,

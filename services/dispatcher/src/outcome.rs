@@ -43,7 +43,7 @@ pub(crate) async fn attempt(
                 &read.origin,
                 refusal,
             );
-            return Box::pin(handoff::to_retry_tier(ctx, &task)).await;
+            return Box::pin(handoff::to_retry_tier(ctx, &task, &read.record)).await;
         }
     };
     let started_ms = now_ms();
@@ -117,7 +117,7 @@ pub(crate) async fn attempt(
                         due_at_ms: task.due_at_ms,
                         tier: handoff::first_tier_label(ctx, task.due_at_ms),
                     });
-                    return Box::pin(handoff::to_retry_tier(ctx, &task)).await;
+                    return Box::pin(handoff::to_retry_tier(ctx, &task, &read.record)).await;
                 }
                 None => format!(
                     "gave up after {attempt} attempts: {}",
@@ -155,6 +155,7 @@ pub(crate) async fn attempt(
         handled: Some(read.record.clone()),
         raw: Bytes::new(),
         last_response: outcome.response.clone(),
+        payload_omitted_bytes: 0,
     };
     Box::pin(handoff::dead_letter(ctx, letter, &ep.endpoint.id.to_string())).await
 }

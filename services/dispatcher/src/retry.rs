@@ -311,7 +311,7 @@ impl RetryRole {
         if remaining >= self.horizon_ms && self.horizon_ms > 0 {
             // Hop on: the longest tier not longer than what remains.
             ctx.metrics.retry_hops.inc();
-            return handoff::to_retry_tier(ctx, &task).await;
+            return handoff::to_retry_tier(ctx, &task, &position).await;
         }
         if !self.sleep_until(task.due_at_ms).await {
             return Ok(false);

@@ -715,3 +715,256 @@ async fn sink_committed(env: &TestEnv) -> Option<i64> {
         .ok()?;
     offsets.first().copied().filter(|o| *o >= 0)
 }
+
+/// An event of `len` bytes in the events topic whose payload is `{"pad":"<hex>"}`: random hex,
+/// which LZ4 cannot shrink, so the broker judges the record by its real size.
+fn event_of_len(tenant: Uuid, event_type: &str, len: usize) -> EventEnvelope {
+    let mut e = EventEnvelope {
+        event_type: event_type.into(),
+        ..event(tenant, 0)
+    };
+    let mut hex = String::new();
+    while hex.len() < len {
+        hex.push_str(&Uuid::new_v4().simple().to_string());
+    }
+    // The length prefixes grow with the payload: trim until the record is `len` bytes.
+    let mut pad = len;
+    loop {
+        e.payload = Bytes::from(json!({ "pad": &hex[..pad] }).to_string());
+        let over = e.encode_to_vec().len() as i64 - len as i64;
+        if over == 0 {
+            return e;
+        }
+        pad = (pad as i64 - over) as usize;
+    }
+}
+
+/// An events record just under the relay's default limit (1,000,000 bytes) grows on its
+/// hand-offs: a retry record adds its fields, a dead letter its reason. librdkafka's default
+/// `message.max.bytes` (1,000,000) refused such a retry record locally, and the hand-off
+/// retried it every second for good. The producers and the tier and DLQ topics now take
+/// `HANDOFF_RECORD_BYTES`: the event waits in its tier, is dead-lettered whole, and could be
+/// replayed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_at_the_relays_size_limit_is_retried_and_dead_lettered_whole() {
+    let env = TestEnv::new(1).await.unwrap();
+    let tenant = env.tenant("t").await.unwrap();
+    let receiver = Receiver::start(Behaviour::Status(503)).await;
+    let ep = env.endpoint(tenant, &receiver, &[]).await.unwrap();
+    let cfg = config(&env, vec![1_000]);
+    let registry = Registry::new();
+    let token = start(&env, cfg.clone(), registry.clone());
+    let big = event_of_len(tenant, "order.created", 999_990);
+    let record = big.encode_to_vec();
+    assert_eq!(record.len(), 999_990);
+    // A producer of its own that takes the record whatever the product's producers allow.
+    let p: FutureProducer = hookstream_kafka::producer_config(&env.kafka, Duration::from_secs(10))
+        .set("message.max.bytes", "1100000")
+        .create()
+        .unwrap();
+    produce(&p, &env.kafka.topics.events, &big.tenant_id, &record).await;
+
+    let by_endpoint = Filter {
+        endpoint: Some(ep),
+        ..Default::default()
+    };
+    assert!(
+        eventually(Duration::from_secs(40), || async {
+            rows(&env, &by_endpoint).await.len() == 1
+        })
+        .await,
+        "dead-lettered after its retry (records too large: {})",
+        common::metric(&registry, "hookstream_dispatcher_records_too_large_total", &[])
+    );
+    let row = rows(&env, &by_endpoint).await.remove(0);
+    assert_eq!(row.reason, "gave up after 2 attempts: HTTP 503");
+    assert_eq!(receiver.count(), 2, "attempted, then again from its tier");
+    let detail = dead_letters::get(&env.pool, row.id).await.unwrap();
+    let stored = EventEnvelope::decode(detail.event.as_deref().unwrap()).unwrap();
+    assert_eq!(stored.payload, big.payload, "the whole payload is kept");
+    for destination in ["retry", "dlq"] {
+        assert_eq!(
+            common::metric(
+                &registry,
+                "hookstream_dispatcher_records_too_large_total",
+                &[("destination", destination)]
+            ),
+            0.0
+        );
+    }
+    token.cancel();
+}
+
+/// Topics made elsewhere may take less than Hookstream asks for (here 20,000 bytes). A record
+/// such a topic refuses is never retried as it is, which would hold its partition for good: a
+/// retry record too large for its tier is dead-lettered (`record_too_large`), a dead letter too
+/// large for the DLQ is produced without its payload (and cannot be replayed), and the events
+/// after them are delivered and committed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_too_large_for_topics_made_elsewhere_are_dead_lettered_without_payload_and_the_partition_moves_on(
+) {
+    let env = TestEnv::new(1).await.unwrap();
+    let tenant = env.tenant("t").await.unwrap();
+    let refusing = Receiver::start(Behaviour::Status(400)).await;
+    let failing = Receiver::start(Behaviour::Status(503)).await;
+    let fine = Receiver::start(Behaviour::Ok).await;
+    let ep_refusing = env.endpoint(tenant, &refusing, &["big.permanent"]).await.unwrap();
+    let ep_failing = env.endpoint(tenant, &failing, &["big.retry"]).await.unwrap();
+    env.endpoint(tenant, &fine, &["small.ok"]).await.unwrap();
+    let cfg = config(&env, vec![1_000]);
+    let small = |specs: Vec<hookstream_kafka::TopicSpec>| -> Vec<hookstream_kafka::TopicSpec> {
+        specs
+            .into_iter()
+            .map(|mut s| {
+                s.configs.retain(|(k, _)| k != "max.message.bytes");
+                s.config("max.message.bytes", 20_000)
+            })
+            .collect()
+    };
+    hookstream_kafka::ensure_topics(
+        &env.kafka,
+        &small(hookstream_kafka::topics::tier_specs(&env.kafka, &cfg.retry)),
+    )
+    .await
+    .unwrap();
+    let dlq: Vec<_> = small(hookstream_kafka::topics::main_specs(&env.kafka))
+        .into_iter()
+        .filter(|s| s.name == env.kafka.topics.dlq)
+        .collect();
+    hookstream_kafka::topics::fix(&env.kafka, &dlq).await.unwrap();
+
+    let registry = Registry::new();
+    let token = start(&env, cfg.clone(), registry.clone());
+    let pad = |n: usize| -> String {
+        (0..n / 32 + 1)
+            .map(|_| Uuid::new_v4().simple().to_string())
+            .collect::<String>()[..n]
+            .to_string()
+    };
+    let ids = env
+        .publish(&[
+            NewEvent::new(tenant, "big.permanent", json!({ "pad": pad(30_000) })),
+            NewEvent::new(tenant, "big.retry", json!({ "pad": pad(30_000) })),
+            NewEvent::new(tenant, "small.ok", json!({ "n": 1 })),
+        ])
+        .await
+        .unwrap();
+
+    let all = Filter::default();
+    assert!(
+        eventually(Duration::from_secs(40), || async {
+            rows(&env, &all).await.len() == 2
+        })
+        .await,
+        "both dead-lettered (records too large: retry {}, dlq {})",
+        common::metric(
+            &registry,
+            "hookstream_dispatcher_records_too_large_total",
+            &[("destination", "retry")]
+        ),
+        common::metric(
+            &registry,
+            "hookstream_dispatcher_records_too_large_total",
+            &[("destination", "dlq")]
+        ),
+    );
+    assert!(
+        eventually(Duration::from_secs(20), || async { fine.count() == 1 }).await,
+        "the event after them delivered"
+    );
+    assert!(
+        env.committed_to_end(Duration::from_secs(20)).await,
+        "the events partition committed past both"
+    );
+
+    let row_of = |ep: Uuid| {
+        let env = &env;
+        async move {
+            rows(
+                env,
+                &Filter {
+                    endpoint: Some(ep),
+                    ..Default::default()
+                },
+            )
+            .await
+            .remove(0)
+        }
+    };
+    let permanent = row_of(ep_refusing).await;
+    assert_eq!(permanent.error_class, "http_4xx");
+    assert_eq!(permanent.event_id, Some(ids[0]));
+    assert!(
+        permanent
+            .reason
+            .starts_with("permanent failure: HTTP 400; its payload (")
+            && permanent
+                .reason
+                .contains("bytes) is not kept, so it cannot be replayed (the event is at "),
+        "{}",
+        permanent.reason
+    );
+    let retried = row_of(ep_failing).await;
+    assert_eq!(retried.error_class, "record_too_large");
+    assert_eq!(retried.event_id, Some(ids[1]));
+    assert_eq!((retried.attempts, retried.last_status), (1, 503));
+    assert!(
+        retried
+            .reason
+            .starts_with("cannot wait for a retry: Kafka refused its record of ")
+            && retried.reason.contains(&format!(
+                "for the retry tier {} as too large",
+                cfg.retry.tiers()[0].topic
+            ))
+            && retried.reason.contains("last error: HTTP 503")
+            && retried.reason.contains("its payload ("),
+        "{}",
+        retried.reason
+    );
+    for row in [&permanent, &retried] {
+        let detail = dead_letters::get(&env.pool, row.id).await.unwrap();
+        let stored = EventEnvelope::decode(detail.event.as_deref().unwrap()).unwrap();
+        assert_eq!(
+            Some(stored.event_id.parse().unwrap()),
+            row.event_id,
+            "its identity is kept"
+        );
+        assert!(stored.payload.is_empty(), "its payload is not");
+    }
+    assert_eq!(
+        common::metric(
+            &registry,
+            "hookstream_dispatcher_records_too_large_total",
+            &[("destination", "retry")]
+        ),
+        1.0
+    );
+    assert_eq!(
+        common::metric(
+            &registry,
+            "hookstream_dispatcher_records_too_large_total",
+            &[("destination", "dlq")]
+        ),
+        2.0
+    );
+    assert_eq!(failing.count(), 1, "no second attempt");
+
+    // Replaying them is refused with the reason, not sent with an empty body.
+    let replayer = Replayer::new(env.pool.clone(), &env.kafka, &cfg.retry).unwrap();
+    let report = replayer.replay(&all, &ReplayOptions::default()).await.unwrap();
+    assert!(report.replayed.is_empty(), "{report:?}");
+    let mut skipped: Vec<i64> = report.skipped.iter().map(|s| s.id).collect();
+    skipped.sort_unstable();
+    let mut want = vec![permanent.id, retried.id];
+    want.sort_unstable();
+    assert_eq!(skipped, want);
+    assert!(
+        report
+            .skipped
+            .iter()
+            .all(|s| s.reason.contains("payload was not kept")),
+        "{:?}",
+        report.skipped
+    );
+    token.cancel();
+}

@@ -100,7 +100,7 @@ enum TopicsCmd {
         /// Replication factor of every topic (default: kafka.topic_settings.replication_factor).
         #[arg(long)]
         replication: Option<i32>,
-        /// Also bring existing topics' retention and timestamp type in line.
+        /// Also bring existing topics' retention, timestamp type and record size limit in line.
         #[arg(long)]
         fix: bool,
     },
