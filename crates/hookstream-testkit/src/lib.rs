@@ -188,6 +188,39 @@ impl TestEnv {
         dir.join(format!("{name}.log"))
     }
 
+    /// A login role of this test's own (`<database>_<suffix>`) and a database config using it,
+    /// so that a test can take the database away from one service alone, as an outage or a
+    /// revoked password would (`set_reachable`).
+    pub async fn login_role(&self, suffix: &str) -> anyhow::Result<(String, DatabaseConfig)> {
+        let role = format!("{}_{suffix}", self.name);
+        sqlx::query(&format!("CREATE ROLE {role} LOGIN SUPERUSER"))
+            .execute(&self.pool)
+            .await?;
+        let mut url = url::Url::parse(&self.database.url)?;
+        url.set_username(&role)
+            .map_err(|()| anyhow::anyhow!("cannot set the user of {}", self.database.url))?;
+        let database = DatabaseConfig {
+            url: url.to_string(),
+            ..self.database.clone()
+        };
+        Ok((role, database))
+    }
+
+    /// Takes the database away from `role` (no new logins, its sessions ended) or gives it back.
+    pub async fn set_reachable(&self, role: &str, reachable: bool) -> anyhow::Result<()> {
+        let login = if reachable { "LOGIN" } else { "NOLOGIN" };
+        sqlx::query(&format!("ALTER ROLE {role} {login}"))
+            .execute(&self.pool)
+            .await?;
+        if !reachable {
+            sqlx::query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = $1")
+                .bind(role)
+                .execute(&self.pool)
+                .await?;
+        }
+        Ok(())
+    }
+
     pub async fn tenant(&self, name: &str) -> anyhow::Result<Uuid> {
         Ok(hookstream_store::tenants::create(&self.pool, name).await?.id)
     }

@@ -361,7 +361,17 @@ async fn deliver(ctx: &Context, task: DeliveryTask, position: SourcePosition, tr
         return fanout::route_and_deliver(ctx, event, read, reroute).await;
     }
     let endpoint = match Uuid::parse_str(&task.endpoint_id) {
-        Ok(id) => ctx.subs.endpoint(id).await,
+        Ok(id) => loop {
+            match ctx.subs.endpoint(id, event.subscription_version).await {
+                Ok(ep) => break ep,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot read subscriptions, retrying");
+                    if !crate::context::pause(&ctx.shutdown, Duration::from_secs(1)).await {
+                        return Ok(false);
+                    }
+                }
+            }
+        },
         Err(_) => None,
     };
     let Some(ep) = endpoint else {

@@ -265,13 +265,24 @@ impl Subscriptions {
         Ok(Route::Endpoints(endpoints))
     }
 
-    /// An enabled endpoint by id (the retry path), refreshing once if it is not known yet.
-    pub async fn endpoint(&self, id: Uuid) -> Option<Arc<ActiveEndpoint>> {
-        if let Some(ep) = self.current().by_id.get(&id) {
-            return Some(ep.clone());
+    /// An enabled endpoint by id (the retry path). A snapshot older than `min_version` (the
+    /// event's subscription version, 0: unknown) waits for a refresh first, and an endpoint not
+    /// known yet gets one refresh. A refresh that fails is an error for the caller to retry: a
+    /// database that cannot be read must not pass for a disabled endpoint.
+    pub async fn endpoint(
+        &self,
+        id: Uuid,
+        min_version: i64,
+    ) -> Result<Option<Arc<ActiveEndpoint>>, StoreError> {
+        if self.current().version < min_version {
+            self.metrics.route_waits.inc();
+            self.refresh_until(min_version).await?;
         }
-        let _ = self.refresh_if_older_than(Duration::from_millis(200)).await;
-        self.current().by_id.get(&id).cloned()
+        if let Some(ep) = self.current().by_id.get(&id) {
+            return Ok(Some(ep.clone()));
+        }
+        self.refresh_if_older_than(Duration::from_millis(200)).await?;
+        Ok(self.current().by_id.get(&id).cloned())
     }
 
     /// Keeps the snapshot fresh until `shutdown`; prunes the change log now and then.

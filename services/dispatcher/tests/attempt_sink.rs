@@ -9,7 +9,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use hookstream_store::outbox::NewEvent;
-use hookstream_store::sqlx::{self, PgPool};
+use hookstream_store::sqlx;
 use hookstream_testkit::process::{dispatcher_env, ServiceProcess};
 use hookstream_testkit::{eventually, Behaviour, Receiver, TestEnv};
 use prometheus::Registry;
@@ -46,39 +46,6 @@ fn start_delivery(env: &TestEnv) -> CancellationToken {
     cfg.delivery.allow_cidrs = vec!["127.0.0.0/8".parse().unwrap()];
     cfg.dispatcher.roles = vec![dispatcher::Role::Events];
     common::start_pipeline(env, cfg)
-}
-
-/// A login role of this test's own (so that the test can take the database away from the
-/// sink alone, as an outage or a revoked password would), and a database config using it.
-async fn sink_login(env: &TestEnv) -> (String, hookstream_config::DatabaseConfig) {
-    let role = format!("{}_sink", env.name);
-    sqlx::query(&format!("CREATE ROLE {role} LOGIN SUPERUSER"))
-        .execute(&env.pool)
-        .await
-        .unwrap();
-    let mut url = url::Url::parse(&env.database.url).unwrap();
-    url.set_username(&role).unwrap();
-    let database = hookstream_config::DatabaseConfig {
-        url: url.to_string(),
-        ..env.database.clone()
-    };
-    (role, database)
-}
-
-/// Takes the database away from `role` (no new logins, its sessions ended) or gives it back.
-async fn database_reachable(pool: &PgPool, role: &str, reachable: bool) {
-    let login = if reachable { "LOGIN" } else { "NOLOGIN" };
-    sqlx::query(&format!("ALTER ROLE {role} {login}"))
-        .execute(pool)
-        .await
-        .unwrap();
-    if !reachable {
-        sqlx::query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = $1")
-            .bind(role)
-            .execute(pool)
-            .await
-            .unwrap();
-    }
 }
 
 /// A dispatcher running only the attempt sink, in this process (on the test's runtime).
@@ -127,7 +94,7 @@ async fn delivery_goes_on_without_the_sink_which_lags_waits_out_the_database_and
     assert_eq!(stored(&env).await, (0, 0), "nothing stores the log yet");
 
     // The sink starts and catches up.
-    let (role, database) = sink_login(&env).await;
+    let (role, database) = env.login_role("sink").await.unwrap();
     let mut cfg = common::dispatcher_config(&env);
     cfg.database = database;
     let sink = sink_in_process(cfg);
@@ -141,7 +108,7 @@ async fn delivery_goes_on_without_the_sink_which_lags_waits_out_the_database_and
     );
 
     // The database goes away from the sink; delivery goes on, the sink waits and lags.
-    database_reachable(&env.pool, &role, false).await;
+    env.set_reachable(&role, false).await.unwrap();
     publish(&env, tenant, 1_000, 1_000).await;
     assert!(
         eventually(Duration::from_secs(60), || async {
@@ -175,7 +142,7 @@ async fn delivery_goes_on_without_the_sink_which_lags_waits_out_the_database_and
     assert!(!sink.task.is_finished(), "the sink runs on");
 
     // Back: every attempt stored once, and the lag is gone.
-    database_reachable(&env.pool, &role, true).await;
+    env.set_reachable(&role, true).await.unwrap();
     assert!(
         eventually(Duration::from_secs(90), || async {
             stored(&env).await.0 >= 2_000

@@ -406,3 +406,73 @@ async fn retries_are_on_time_with_jitter_through_tiers_holding_thousands() {
     );
     token.cancel();
 }
+
+/// A retry role that does not know the endpoint yet and cannot read the subscriptions (its
+/// database is away) waits for the database; it used to dead-letter the retry as
+/// `endpoint_disabled`, a final decision taken on a transient error. Once it can read them it
+/// delivers, and nothing is dead-lettered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_role_that_cannot_read_the_subscriptions_waits_instead_of_dead_lettering() {
+    let env = TestEnv::new(1).await.unwrap();
+    let tenant = env.tenant("t").await.unwrap();
+    let receiver = Receiver::start(Behaviour::FailTimes(1, 503)).await;
+
+    // The retry role alone, on a login of its own, started before the endpoint exists; then
+    // its database goes away.
+    let (role, database) = env.login_role("retry").await.unwrap();
+    let mut retry_cfg = common::retrying_config(&env, vec![2_000]);
+    retry_cfg.database = database;
+    retry_cfg.dispatcher.roles = vec![dispatcher::Role::Retry];
+    let retry_token = CancellationToken::new();
+    let retrying = {
+        let t = retry_token.clone();
+        tokio::spawn(async move {
+            dispatcher::run(retry_cfg, &prometheus::Registry::new(), Default::default(), t).await
+        })
+    };
+    tokio::time::sleep(Duration::from_secs(3)).await; // joined its groups, snapshot loaded
+    env.set_reachable(&role, false).await.unwrap();
+    env.endpoint(tenant, &receiver, &[]).await.unwrap();
+
+    // The events role and the DLQ sink, on the test's login: the first attempt fails and goes
+    // to the 2 s tier.
+    let mut cfg = common::retrying_config(&env, vec![2_000]);
+    cfg.dispatcher.roles = vec![dispatcher::Role::Events, dispatcher::Role::DlqSink];
+    let token = common::start_pipeline(&env, cfg);
+    env.publish(&[NewEvent::new(tenant, "order.created", json!({ "n": 1 }))])
+        .await
+        .unwrap();
+    assert!(
+        eventually(Duration::from_secs(20), || async { receiver.count() == 1 }).await,
+        "the first attempt"
+    );
+    let dead_letters = |env: &TestEnv| {
+        let pool = env.pool.clone();
+        async move {
+            hookstream_store::dead_letters::list(&pool, &Default::default(), 10)
+                .await
+                .unwrap()
+        }
+    };
+    tokio::time::sleep(Duration::from_secs(6)).await; // well past its due time
+    let early = dead_letters(&env).await;
+    assert!(
+        early.is_empty(),
+        "dead-lettered while the subscriptions could not be read: {:?}",
+        early.iter().map(|d| &d.reason).collect::<Vec<_>>()
+    );
+    assert_eq!(receiver.count(), 1, "nothing attempted without the endpoint");
+    assert!(!retrying.is_finished(), "the retry role waits, it does not fail");
+
+    env.set_reachable(&role, true).await.unwrap();
+    assert!(
+        eventually(Duration::from_secs(20), || async { receiver.successes() == 1 }).await,
+        "delivered once the subscriptions can be read"
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(dead_letters(&env).await.is_empty(), "and nothing dead-lettered");
+    assert_eq!(receiver.count(), 2);
+    retry_token.cancel();
+    token.cancel();
+    retrying.await.unwrap().unwrap();
+}
