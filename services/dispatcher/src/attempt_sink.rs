@@ -176,12 +176,17 @@ pub(crate) async fn run(setup: Setup, shutdown: CancellationToken) -> Result<(),
         shutdown,
     )
     .await;
-    // The consumer has dropped the last writer handle: what it submitted is written, then
-    // the writer ends.
     upkeep.abort();
-    let written = writing.await;
+    // A consumer that failed is reported now: tasks it left behind may still hold a writer
+    // handle while they wait out a database outage, and waiting for them would hide the
+    // failure until the database is back. What they had not stored is read again after the
+    // restart (offsets are stored only once rows are written).
     consumed.map_err(|e| e.to_string())?;
-    written.map_err(|e| format!("the attempt writer failed: {e}"))
+    // Stopped: the consumer has dropped the last writer handle, what it submitted is
+    // written, then the writer ends.
+    writing
+        .await
+        .map_err(|e| format!("the attempt writer failed: {e}"))
 }
 
 /// The writer of the sink's rows (it creates the day partitions a batch needs first), and the
