@@ -157,7 +157,7 @@ pub async fn attempted_messages(
     }
     if let Some(a) = after {
         q.push(" AND event_id >= ")
-            .push_bind(crate::messages::v7_floor(a + chrono::Duration::milliseconds(1)));
+            .push_bind(crate::messages::v7_floor(crate::messages::after_next_ms(a)));
     }
     q.push(" ORDER BY event_id DESC, started_at DESC, attempt DESC LIMIT ")
         .push_bind(limit);

@@ -243,10 +243,18 @@ pub fn v7_time(id: Uuid) -> Option<DateTime<Utc>> {
 /// The smallest UUIDv7 of the millisecond of `at`: every id made at or after `at`'s
 /// millisecond is at least this, every id made before is smaller.
 pub fn v7_floor(at: DateTime<Utc>) -> Uuid {
-    let ms = at.timestamp_millis().max(0) as u64;
+    // A UUIDv7 holds 48 bits of milliseconds (until the year 10889): times beyond clamp to its
+    // last millisecond rather than wrap around to 1970.
+    let ms = at.timestamp_millis().clamp(0, (1 << 48) - 1) as u64;
     let mut b = [0u8; 16];
     b[..6].copy_from_slice(&ms.to_be_bytes()[2..]);
     Uuid::from_bytes(b)
+}
+
+/// The millisecond after `at`, the first one a strict "after" bound admits; chrono's own
+/// addition panics past its last representable time, which a query may ask for.
+pub fn after_next_ms(at: DateTime<Utc>) -> DateTime<Utc> {
+    at.checked_add_signed(Duration::milliseconds(1)).unwrap_or(at)
 }
 
 /// One of a tenant's messages.
@@ -351,7 +359,7 @@ pub async fn list(
     }
     if let Some(after) = filter.after {
         // Strictly after: from the next millisecond.
-        let a = v7_floor(after + Duration::milliseconds(1));
+        let a = v7_floor(after_next_ms(after));
         let a = Uuid::from_u128(a.as_u128().saturating_sub(1));
         lower = Some(lower.map_or(a, |l| l.max(a)));
     }
@@ -455,5 +463,16 @@ mod tests {
             at.timestamp_millis()
         );
         assert_eq!(v7_time(Uuid::new_v4()), None);
+    }
+
+    #[test]
+    fn bounds_past_what_a_v7_id_holds_clamp_instead_of_wrapping_or_panicking() {
+        // What a query string deserializes to (`FromStr`, as serde does).
+        let far: DateTime<Utc> = "+262142-12-31T23:59:59.999Z".parse().unwrap();
+        assert_eq!(after_next_ms(DateTime::<Utc>::MAX_UTC), DateTime::<Utc>::MAX_UTC);
+        let last = v7_floor(after_next_ms(far));
+        assert!(last > Uuid::now_v7(), "not wrapped around to 1970");
+        assert_eq!(last, v7_floor(DateTime::<Utc>::MAX_UTC));
+        assert_eq!(v7_floor(DateTime::<Utc>::MIN_UTC), Uuid::nil());
     }
 }

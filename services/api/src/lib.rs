@@ -44,6 +44,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tower::Layer as _;
+use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::cors::CorsLayer;
 use tower_http::normalize_path::NormalizePathLayer;
 
@@ -213,6 +214,9 @@ pub fn router(state: AppState, body_limit: usize, cfg: &ApiSettings) -> Result<R
         .merge(portal::router(state.clone()))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
+        // A handler that panics (a defect: bad input must be a 4xx) answers a logged 500,
+        // counted by `track`, instead of dropping the connection.
+        .layer(CatchPanicLayer::custom(panicked))
         .layer(axum::middleware::from_fn_with_state(state.clone(), track))
         .layer(axum::Extension(BodyLimit(body_limit)))
         .layer(DefaultBodyLimit::max(body_limit))
@@ -262,6 +266,17 @@ async fn method_not_allowed(method: Method, uri: axum::http::Uri) -> Response {
 }
 
 /// Counts and times every request by its route template.
+/// The answer to a request whose handler panicked: the panic is logged, the caller gets the
+/// generic internal error.
+fn panicked(cause: Box<dyn std::any::Any + Send + 'static>) -> Response {
+    let what = cause
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| cause.downcast_ref::<&str>().copied())
+        .unwrap_or("(no message)");
+    ApiError::Internal(format!("a request handler panicked: {what}")).into_response()
+}
+
 async fn track(State(state): State<AppState>, req: Request, next: Next) -> Response {
     let route = req
         .extensions()

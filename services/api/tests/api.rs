@@ -1092,6 +1092,29 @@ async fn messages_are_delivered_read_back_attempted_and_resent() {
         "the resend's attempt is manual"
     );
 
+    // Time bounds past what a UUIDv7 holds (chrono parses years beyond 9999): answered, not a
+    // dropped connection (adding the millisecond of a strict "after" used to panic).
+    let far = "%2B262142-12-31T23:59:59.999Z";
+    let (s, none) = api
+        .op(Method::GET, &format!("/api/v1/app/shop/msg?after={far}"), None)
+        .await;
+    assert_eq!(s, StatusCode::OK, "{none}");
+    assert!(none["data"].as_array().unwrap().is_empty(), "{none}");
+    let (s, all) = api
+        .op(Method::GET, &format!("/api/v1/app/shop/msg?before={far}"), None)
+        .await;
+    assert_eq!(s, StatusCode::OK, "{all}");
+    assert!(!all["data"].as_array().unwrap().is_empty(), "{all}");
+    let (s, none) = api
+        .op(
+            Method::GET,
+            &format!("/api/v1/app/shop/attempt/endpoint/{ep_id}?after={far}"),
+            None,
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{none}");
+    assert!(none["data"].as_array().unwrap().is_empty(), "{none}");
+
     // Filters and content.
     let (_, only) = api
         .op(Method::GET, "/api/v1/app/shop/msg?event_types=user.created", None)
