@@ -60,6 +60,10 @@ impl Validate for Config {
     }
 }
 
+/// What a retry record or a dead letter adds to its event at most: the last response (64 KiB)
+/// and a reason, with room to spare.
+const HANDOFF_HEADROOM_BYTES: usize = 128 * 1024;
+
 impl Validate for RelaySettings {
     fn validate(&self) -> Result<(), ConfigError> {
         let positive = [
@@ -74,6 +78,14 @@ impl Validate for RelaySettings {
         if let Some((key, _)) = positive.iter().find(|(_, v)| *v == 0) {
             return Err(ConfigError::new(format!("{key} must be at least 1")));
         }
+        let most = hookstream_kafka::topics::HANDOFF_RECORD_BYTES - HANDOFF_HEADROOM_BYTES;
+        if self.max_record_bytes > most {
+            return Err(ConfigError::new(format!(
+                "relay.max_record_bytes must be at most {most}: a dispatcher's retry record or dead letter carries the \
+                 event and more, and Hookstream's producers and topics take {} bytes",
+                hookstream_kafka::topics::HANDOFF_RECORD_BYTES
+            )));
+        }
         Ok(())
     }
 }
@@ -87,5 +99,17 @@ mod tests {
         let err = hookstream_config::load_toml_str::<Config>("[relay]\nbatch_size = 0\n").unwrap_err();
         assert!(err.to_string().contains("relay.batch_size"), "{err}");
         hookstream_config::load_toml_str::<Config>("").unwrap();
+    }
+
+    #[test]
+    fn a_record_limit_past_what_hand_offs_can_carry_is_refused() {
+        let err =
+            hookstream_config::load_toml_str::<Config>("[relay]\nmax_record_bytes = 2097152\n").unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("relay.max_record_bytes must be at most 1966080"),
+            "{err}"
+        );
+        hookstream_config::load_toml_str::<Config>("[relay]\nmax_record_bytes = 1966080\n").unwrap();
     }
 }

@@ -303,14 +303,28 @@ impl Relay {
                     .producer
                     .send_result(FutureRecord::to(&topic).key(&key).payload(&record))
                 {
-                    Ok(f) => break f,
+                    Ok(f) => break Some(f),
                     Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
                         tokio::time::sleep(Duration::from_millis(5)).await;
+                    }
+                    // Refused before sending (`message.max.bytes`): never sendable, and failing
+                    // the batch would claim it first again for good.
+                    Err((KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge), _)) => {
+                        break None
                     }
                     Err((e, _)) => return Err(e.into()),
                 }
             };
-            pending.push((row.id, future));
+            match future {
+                Some(future) => pending.push((row.id, future)),
+                None => quarantined.push((
+                    row.id,
+                    format!(
+                        "record of {} bytes is larger than the producer sends (message.max.bytes)",
+                        record.len()
+                    ),
+                )),
+            }
         }
         let mut shipped = Vec::with_capacity(pending.len());
         let mut failure: Option<KafkaError> = None;

@@ -309,6 +309,61 @@ async fn a_row_too_large_for_the_topic_is_quarantined_and_the_rows_behind_it_flo
     assert_eq!(relay.terminate().await, Some(0));
 }
 
+/// A record the producer itself refuses (an operator's `kafka.client` lowers
+/// `message.max.bytes` under `relay.max_record_bytes`) is quarantined as well; failing the batch
+/// would claim the same row first again, for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_row_the_producer_refuses_is_quarantined_and_the_rows_behind_it_flow() {
+    let env = TestEnv::new(1).await.unwrap();
+    let tenant = env.tenant("t").await.unwrap();
+    let mut events =
+        vec![Event::new(tenant, "doc.saved", json!({ "blob": "x".repeat(20_000) })).aggregate("doc", "d1")];
+    for i in 0..5 {
+        events.push(Event::new(tenant, "doc.saved", json!({ "i": i })).aggregate("doc", "d1"));
+    }
+    let ids = env.publish(&events).await.unwrap();
+    let mut kafka = env.kafka.clone();
+    kafka.client.insert("message.max.bytes".into(), "10000".into());
+    let cfg = outbox_relay::Config {
+        database: env.database.clone(),
+        kafka,
+        ..Default::default()
+    };
+    let token = tokio_util::sync::CancellationToken::new();
+    let stop = token.clone();
+    let relay = tokio::spawn(async move {
+        outbox_relay::run(cfg, &prometheus::Registry::new(), Default::default(), stop).await
+    });
+    assert!(
+        eventually(Duration::from_secs(30), || async {
+            env.outbox_len().await.unwrap() == 0
+        })
+        .await,
+        "the outbox drained past the row"
+    );
+    let quarantined = hookstream_store::outbox::quarantined(&env.pool).await.unwrap();
+    assert_eq!(quarantined.len(), 1);
+    assert_eq!(quarantined[0].event_id, ids[0]);
+    assert!(
+        quarantined[0]
+            .reason
+            .contains("larger than the producer sends (message.max.bytes)"),
+        "{}",
+        quarantined[0].reason
+    );
+    let shipped: Vec<String> = env
+        .read_all(&env.kafka.topics.events)
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| EventEnvelope::decode(r.payload.as_slice()).unwrap().event_id)
+        .collect();
+    let behind: Vec<String> = ids[1..].iter().map(Uuid::to_string).collect();
+    assert_eq!(shipped, behind, "the rows behind it were shipped, in order");
+    token.cancel();
+    relay.await.unwrap().unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idempotency_keys_past_their_window_are_pruned_in_batches() {
     let env = TestEnv::new(1).await.unwrap();
