@@ -323,7 +323,7 @@ async fn run_batch<H: Handler>(
                     marks.push((message.id, Mark::Processed));
                     decided.push(Decided::handled(message, Mark::Processed));
                 }
-                return Ok(Batch::Decided(commit(tx, &locked, marks, decided).await?));
+                return redo_if_aborted(commit(tx, &locked, marks, decided).await);
             }
             Batched::OneByOne => {
                 tx.rollback().await?;
@@ -331,12 +331,19 @@ async fn run_batch<H: Handler>(
             }
         }
     }
-    for message in &messages {
+    for (n, message) in messages.iter().enumerate() {
         // A savepoint per row, never released: `Done` keeps the row's changes in the batch,
         // anything else rolls back to it. (Releasing would cost a round trip per row and
         // gain nothing: a released subtransaction still holds its id until the commit.)
         if careful {
-            sqlx::Executor::execute(&mut *tx, "SAVEPOINT hookstream_inbox_row").await?;
+            savepoint(
+                &mut tx,
+                cfg,
+                n.checked_sub(1).map(|p| &messages[p]),
+                &mut marks,
+                &mut decided,
+            )
+            .await?;
         }
         let outcome = run_handler(handler, &mut tx, message, cfg.handler_timeout_ms).await;
         if !careful && outcome != Outcome::Done {
@@ -357,7 +364,62 @@ async fn run_batch<H: Handler>(
         marks.push((message.id, mark.clone()));
         decided.push(Decided::handled(message, mark));
     }
-    Ok(Batch::Decided(commit(tx, &locked, marks, decided).await?))
+    if careful && !messages.is_empty() {
+        // The last row's `Done` is checked like the others'.
+        savepoint(&mut tx, cfg, messages.last(), &mut marks, &mut decided).await?;
+    }
+    redo_if_aborted(commit(tx, &locked, marks, decided).await)
+}
+
+/// Whether the transaction was aborted by an earlier statement (SQLSTATE 25P02): a handler
+/// answered `Done` although one of its statements had failed (it caught a unique violation
+/// and took it for a duplicate, say), so nothing more runs on the transaction.
+fn aborted(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Database(d) if d.code().as_deref() == Some("25P02"))
+}
+
+/// A batch run without savepoints that a handler's `Done` left aborted is run again with them
+/// (where the row that did it fails alone), not retried whole for good.
+fn redo_if_aborted(committed: Result<Vec<Decided>, sqlx::Error>) -> Result<Batch, sqlx::Error> {
+    match committed {
+        Ok(decided) => Ok(Batch::Decided(decided)),
+        Err(e) if aborted(&e) => Ok(Batch::Redo),
+        Err(e) => Err(e),
+    }
+}
+
+/// Sets the next row's savepoint. A transaction aborted by then was aborted by `previous`, the
+/// row just handled, whose handler answered `Done` over a failed statement: it is rolled back
+/// to its own savepoint and failed instead, and the savepoint is set again.
+async fn savepoint(
+    tx: &mut PgConnection,
+    cfg: &InboxConfig,
+    previous: Option<&Message>,
+    marks: &mut [(i64, Mark)],
+    decided: &mut [Decided],
+) -> Result<(), sqlx::Error> {
+    const SET: &str = "SAVEPOINT hookstream_inbox_row";
+    match sqlx::Executor::execute(&mut *tx, SET).await {
+        Ok(_) => Ok(()),
+        Err(e) if aborted(&e) => {
+            let Some(previous) = previous else { return Err(e) };
+            sqlx::Executor::execute(&mut *tx, "ROLLBACK TO SAVEPOINT hookstream_inbox_row").await?;
+            let mark = fail_mark(
+                cfg,
+                previous,
+                "the handler answered Done, but one of its statements had failed and aborted the transaction \
+                 (was a database error caught?)"
+                    .into(),
+            );
+            if let (Some(m), Some(d)) = (marks.last_mut(), decided.last_mut()) {
+                *m = (previous.id, mark.clone());
+                *d = Decided::handled(previous, mark);
+            }
+            sqlx::Executor::execute(&mut *tx, SET).await?;
+            Ok(())
+        }
+        Err(e) => Err(e),
+    }
 }
 
 async fn commit(

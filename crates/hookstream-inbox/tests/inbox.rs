@@ -331,6 +331,100 @@ async fn outcomes_commit_with_their_mark_and_bounded_ones_end_in_quarantine_unti
     served.stop().await.expect("clean shutdown");
 }
 
+/// Writes a `swallowed` row, then for `{"swallow": true}` runs a statement that fails, ignores
+/// the error and answers `Done` (the "catch the unique violation, it was a duplicate" mistake):
+/// the transaction is aborted by then.
+struct Swallower;
+
+impl Handler for Swallower {
+    async fn handle(&self, conn: &mut PgConnection, m: &Message) -> Result<Outcome, HandlerError> {
+        sqlx::query("INSERT INTO swallowed (message_id) VALUES ($1)")
+            .bind(&m.message_id)
+            .execute(&mut *conn)
+            .await?;
+        if m.payload["swallow"] == true {
+            let _ = sqlx::query("SELECT 1 / 0").execute(&mut *conn).await;
+        }
+        Ok(Outcome::Done)
+    }
+}
+
+/// A handler that answers `Done` over a failed statement fails that row alone: the rows
+/// beside it are processed, it is failed and, at `max_attempts`, quarantined with a reason
+/// that says so. (It used to leave the batch aborted at the next statement, and the batch was
+/// rolled back and claimed again, with every row in it, for good.)
+#[tokio::test]
+async fn a_handler_answering_done_over_a_failed_statement_fails_that_row_alone() {
+    let env = TestEnv::new(1).await.unwrap();
+    sqlx::query("CREATE TABLE swallowed (message_id text NOT NULL)")
+        .execute(&env.pool)
+        .await
+        .unwrap();
+    let secret = Secret::generate();
+    let cfg = InboxConfig {
+        max_attempts: 2,
+        // Rows gather into one batch: the swallowing row has neighbours on both sides.
+        claim_linger_ms: 300,
+        ..test_config("swallow", &secret)
+    };
+    let served = serve(&env.pool, cfg, Swallower).await;
+    let client = reqwest::Client::new();
+    for (id, swallow) in [("before", false), ("bad", true), ("after", false)] {
+        let body = serde_json::to_vec(&serde_json::json!({ "swallow": swallow })).unwrap();
+        assert_eq!(
+            post_signed(&client, &served.url, &secret, id, &body)
+                .await
+                .status(),
+            204
+        );
+    }
+    let pool = &env.pool;
+    let state = |id: &'static str| async move {
+        sqlx::query_as::<_, (String, i32, Option<String>)>(
+            "SELECT status, attempts, last_reason FROM hookstream_inbox.inbox
+              WHERE source = 'swallow' AND message_id = $1",
+        )
+        .bind(id)
+        .fetch_one(pool)
+        .await
+        .unwrap()
+    };
+    assert!(
+        eventually(Duration::from_secs(20), || async {
+            state("bad").await.0 == "quarantined"
+        })
+        .await,
+        "the swallowing row is quarantined: {:?}",
+        state("bad").await
+    );
+    let (_, attempts, reason) = state("bad").await;
+    assert_eq!(attempts, 2);
+    let reason = reason.unwrap();
+    assert!(
+        reason.contains("the handler answered Done, but one of its statements had failed"),
+        "{reason}"
+    );
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            state("before").await.0 == "processed" && state("after").await.0 == "processed"
+        })
+        .await,
+        "its neighbours are processed: {:?} {:?}",
+        state("before").await,
+        state("after").await
+    );
+    let written: Vec<String> = sqlx::query_scalar("SELECT message_id FROM swallowed ORDER BY 1")
+        .fetch_all(pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        written,
+        ["after", "before"],
+        "the bad row's writes were rolled back"
+    );
+    served.stop().await.expect("clean shutdown");
+}
+
 /// Records, on the transaction, the order rows are processed in (runs rolled back leave no
 /// record); the first message of key `b` is deferred twice. Runs of one key must never
 /// overlap.
