@@ -96,6 +96,9 @@ const MIGRATIONS_DIR = path.join(__dirname, "..", "..", "crates", "hookstream-in
 const DONE = Object.freeze({ kind: "done" });
 const defer = (reason, until = null) => ({ kind: "defer", reason, until });
 const fail = (reason) => ({ kind: "fail", reason });
+const ABORTED_REASON =
+  "the handler answered DONE, but one of its statements had failed and aborted the transaction " +
+  "(was a database error caught?)";
 
 function log(level, msg, fields = {}) {
   const parts = Object.entries(fields).map(([k, v]) => `${k}=${JSON.stringify(v)}`);
@@ -529,8 +532,18 @@ class Inbox {
     } catch (e) {
       outcome = fail(`handler error: ${e.message}`);
     }
-    if (outcome.kind === "done") await client.query("RELEASE SAVEPOINT inbox_row");
-    else await client.query("ROLLBACK TO SAVEPOINT inbox_row");
+    if (outcome.kind === "done") {
+      try {
+        await client.query("RELEASE SAVEPOINT inbox_row");
+        return outcome;
+      } catch (e) {
+        // DONE over a failed statement (a database error caught): the transaction is aborted
+        // (25P02), so this row is rolled back and failed, alone.
+        if (e.code !== "25P02") throw e;
+        outcome = fail(ABORTED_REASON);
+      }
+    }
+    await client.query("ROLLBACK TO SAVEPOINT inbox_row");
     return outcome;
   }
 

@@ -116,6 +116,14 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 MIGRATIONS_DIR = os.path.join(HERE, "..", "..", "crates", "hookstream-inbox", "migrations")
 
 
+class _Aborted(Exception):
+    """A handler answered DONE with the transaction aborted by one of its statements."""
+
+
+ABORTED_REASON = ("the handler answered DONE, but one of its statements had failed and aborted the "
+                  "transaction (was a database error caught?)")
+
+
 class _Done:
     def __repr__(self):
         return "DONE"
@@ -554,8 +562,14 @@ class Inbox:
         try:
             with conn.transaction():  # a savepoint
                 outcome = self.handler(conn, m)
+                if outcome is DONE and conn.info.transaction_status == psycopg.pq.TransactionStatus.INERROR:
+                    # DONE over a failed statement (a database error caught): nothing more runs
+                    # on the transaction, so this row is rolled back and failed, alone.
+                    raise _Aborted()
                 if outcome is not DONE:
                     raise psycopg.Rollback()
+        except _Aborted:
+            outcome = Fail(ABORTED_REASON)
         except Exception as e:
             outcome = Fail(f"handler error: {e}")
         if not isinstance(outcome, (_Done, Defer, Fail)):

@@ -552,24 +552,7 @@ async fn scrape(client: &reqwest::Client, port: u16) -> String {
 /// the Rust library's metrics (names, labels, values) on `/metrics`, and retention.
 async fn foreign_receiver(lang: &str) {
     let env = TestEnv::new(2).await.unwrap();
-    let setup = std::process::Command::new("bash")
-        .arg(repo_root().join("scripts/setup/inbox-receivers.sh"))
-        .arg(lang)
-        .output()
-        .expect("run scripts/setup/inbox-receivers.sh");
-    assert!(
-        setup.status.success(),
-        "installing the {lang} receiver's packages failed:\n{}",
-        String::from_utf8_lossy(&setup.stderr)
-    );
-    let installed = PathBuf::from(
-        String::from_utf8(setup.stdout)
-            .unwrap()
-            .trim()
-            .lines()
-            .last()
-            .unwrap(),
-    );
+    let installed = install(lang);
     let tenant = env.tenant(lang).await.unwrap();
     let port = free_port();
     let url = format!("http://127.0.0.1:{port}/webhooks/hookstream");
@@ -921,6 +904,118 @@ async fn foreign_receiver(lang: &str) {
         .expect("the receiver stops on SIGTERM")
         .unwrap();
     assert!(status.success(), "{lang}: exit {status}");
+}
+
+/// Installs the `lang` receiver's packages (scripts/setup/inbox-receivers.sh); returns what it
+/// printed: the venv's python, or the node_modules directory.
+fn install(lang: &str) -> PathBuf {
+    let setup = std::process::Command::new("bash")
+        .arg(repo_root().join("scripts/setup/inbox-receivers.sh"))
+        .arg(lang)
+        .output()
+        .expect("run scripts/setup/inbox-receivers.sh");
+    assert!(
+        setup.status.success(),
+        "installing the {lang} receiver's packages failed:\n{}",
+        String::from_utf8_lossy(&setup.stderr)
+    );
+    PathBuf::from(
+        String::from_utf8(setup.stdout)
+            .unwrap()
+            .trim()
+            .lines()
+            .last()
+            .unwrap(),
+    )
+}
+
+/// The Python or Node receiver with a handler that answers DONE over a failed statement
+/// (tests/fixtures/swallow.*), judged like the Rust library in tests/inbox.rs: that row fails
+/// alone and ends in quarantine with the reason, its neighbours are processed, its writes are
+/// rolled back. (Both used to roll the whole batch back and claim it again, for good.)
+async fn foreign_handler_answering_done_over_a_failed_statement(lang: &str) {
+    let env = TestEnv::new(1).await.unwrap();
+    sqlx::query("CREATE TABLE swallowed (message_id text NOT NULL)")
+        .execute(&env.pool)
+        .await
+        .unwrap();
+    let installed = install(lang);
+    let fixtures = repo_root().join("crates/hookstream-inbox/tests/fixtures");
+    let source = format!("{lang}-swallow");
+    let mut cmd = match lang {
+        "python" => {
+            let mut c = Command::new(&installed);
+            c.arg(fixtures.join("swallow.py"))
+                .env("PYTHONPATH", repo_root().join("examples/inbox-python"));
+            c
+        }
+        "node" => {
+            let mut c = Command::new(which(Path::new("node")));
+            c.arg(fixtures.join("swallow.js"))
+                .env("NODE_PATH", &installed)
+                .env("INBOX_LIB", repo_root().join("examples/inbox-node/inbox.js"));
+            c
+        }
+        other => panic!("no receiver for {other}"),
+    };
+    let out = cmd
+        .env("DATABASE_URL", &env.database.url)
+        .env("INBOX_SOURCE", &source)
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{lang}: {said}");
+    let rows: Vec<(String, String, i32, Option<String>)> = sqlx::query_as(
+        "SELECT message_id, status, attempts, last_reason FROM hookstream_inbox.inbox
+          WHERE source = $1 ORDER BY message_id",
+    )
+    .bind(&source)
+    .fetch_all(&env.pool)
+    .await
+    .unwrap();
+    let states: Vec<(&str, &str, i32)> = rows
+        .iter()
+        .map(|(id, status, attempts, _)| (id.as_str(), status.as_str(), *attempts))
+        .collect();
+    assert_eq!(
+        states,
+        [
+            ("after", "processed", 0),
+            ("bad", "quarantined", 2),
+            ("before", "processed", 0)
+        ],
+        "{lang}: {said}"
+    );
+    let reason = rows[1].3.as_deref().unwrap_or_default();
+    assert!(
+        reason.contains("the handler answered DONE, but one of its statements had failed"),
+        "{lang}: {reason}"
+    );
+    let written: Vec<String> = sqlx::query_scalar("SELECT message_id FROM swallowed ORDER BY 1")
+        .fetch_all(&env.pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        written,
+        ["after", "before"],
+        "{lang}: the bad row's writes rolled back"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_receiver_fails_alone_a_row_whose_handler_swallowed_a_database_error() {
+    foreign_handler_answering_done_over_a_failed_statement("python").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_node_receiver_fails_alone_a_row_whose_handler_swallowed_a_database_error() {
+    foreign_handler_answering_done_over_a_failed_statement("node").await;
 }
 
 fn which(program: &Path) -> PathBuf {
