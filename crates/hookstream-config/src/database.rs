@@ -86,13 +86,15 @@ impl DatabaseConfig {
     }
 }
 
-/// `postgres://user:secret@host/db` → `postgres://user:***@host/db`.
+/// `postgres://user:secret@host/db` → `postgres://user:***@host/db`, and a password given as
+/// a query parameter (`?password=secret`, which PostgreSQL's drivers accept too) → `password=***`.
 fn redact_password(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_string();
     };
     let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
     let (authority, tail) = rest.split_at(authority_end);
+    let tail = redact_query_password(tail);
     match authority.rsplit_once('@') {
         Some((userinfo, host)) => {
             let user = userinfo.split(':').next().unwrap_or_default();
@@ -103,8 +105,54 @@ fn redact_password(url: &str) -> String {
             };
             format!("{scheme}://{masked}@{host}{tail}")
         }
-        None => url.to_string(),
+        None => format!("{scheme}://{authority}{tail}"),
     }
+}
+
+/// The path and query with the value of every `password` or `sslpassword` parameter masked.
+fn redact_query_password(tail: &str) -> String {
+    let Some((path, query)) = tail.split_once('?') else {
+        return tail.to_string();
+    };
+    let params: Vec<String> = query
+        .split('&')
+        .map(|pair| {
+            let key = pair.split('=').next().unwrap_or_default();
+            let decoded = percent_decoded_lowercase(key);
+            if decoded == "password" || decoded == "sslpassword" {
+                format!("{key}=***")
+            } else {
+                pair.to_string()
+            }
+        })
+        .collect();
+    format!("{path}?{}", params.join("&"))
+}
+
+/// `key` with its %XX escapes decoded and lowercased (a key spelled `pass%77ord` is still
+/// the password).
+fn percent_decoded_lowercase(key: &str) -> String {
+    let bytes = key.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        match (
+            bytes[i],
+            bytes.get(i + 1).copied().and_then(hex),
+            bytes.get(i + 2).copied().and_then(hex),
+        ) {
+            (b'%', Some(h), Some(l)) => {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+            }
+            (b, _, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).to_lowercase()
 }
 
 impl std::fmt::Debug for DatabaseConfig {
@@ -180,6 +228,23 @@ mod tests {
         assert!(!format!("{cfg:?}").contains("s3cr3t"));
         assert_eq!(redact_password("postgres://app@db/x"), "postgres://app@db/x");
         assert_eq!(redact_password("postgres://db/x"), "postgres://db/x");
+        // sqlx takes the password from the query too.
+        assert_eq!(
+            redact_password("postgres://app@db/hs?sslmode=require&password=s3cr3t&application_name=x"),
+            "postgres://app@db/hs?sslmode=require&password=***&application_name=x"
+        );
+        assert_eq!(
+            redact_password("postgresql://db?PassWord=s3cr3t&sslpassword=k3y"),
+            "postgresql://db?PassWord=***&sslpassword=***"
+        );
+        assert_eq!(
+            redact_password("postgres://db/x?pass%77ord=s3cr3t"),
+            "postgres://db/x?pass%77ord=***"
+        );
+        assert_eq!(
+            redact_password("postgres://u:p@db/x?password"),
+            "postgres://u:***@db/x?password=***"
+        );
     }
 
     #[test]
