@@ -50,6 +50,8 @@ pub const DEAD_LETTER_ID_HEADER: &str = "hookstream-dead-letter-id";
 pub const INTERVAL_HEADER: &str = "hookstream-replay-interval-ms";
 /// The default replay rate, deliveries per second.
 pub const DEFAULT_RATE_PER_S: f64 = 10.0;
+/// The slowest pace accepted: one delivery a day.
+pub const MIN_RATE_PER_S: f64 = 1.0 / 86_400.0;
 /// How far ahead of its due time a replayed task is produced. Zero: the shortest tier's
 /// consumer takes every record up at once and waits in memory, so a task produced early would
 /// only hold memory longer.
@@ -79,7 +81,7 @@ pub enum ReplayError {
         "topic {0} does not exist: are the dispatchers running with the same [retry] and [kafka] settings as this command?"
     )]
     TopicMissing(String),
-    #[error("the rate must be a positive number of deliveries per second, not {0}")]
+    #[error("the rate must be at least one delivery a day (1/86400 per second), not {0}")]
     BadRate(f64),
     #[error("endpoint {id} is disabled ({reason}): run `hookstream endpoint enable {id}` first")]
     EndpointDisabled { id: Uuid, reason: String },
@@ -222,7 +224,8 @@ impl Replayer {
     /// Dead letters without an endpoint or an event (poison, unknown tenants) and those of
     /// disabled or deleted endpoints are skipped with the reason.
     pub async fn replay(&self, filter: &Filter, opts: &ReplayOptions) -> Result<ReplayReport, ReplayError> {
-        if !(opts.rate_per_s.is_finite() && opts.rate_per_s > 0.0) {
+        // At least one a day: slower paces overflow the due times' arithmetic.
+        if !(opts.rate_per_s.is_finite() && opts.rate_per_s >= MIN_RATE_PER_S) {
             return Err(ReplayError::BadRate(opts.rate_per_s));
         }
         let interval_ms = 1000.0 / opts.rate_per_s;
@@ -238,6 +241,15 @@ impl Replayer {
         let start_ms = now_ms();
         let mut k: u64 = 0;
         let mut after = 0;
+        // What exists now: the dead letters this replay's own sends make when they fail again
+        // match the filter too, and must not be sent again by it.
+        let filter = &Filter {
+            max_id: Some(dead_letters::max_id(&self.pool).await?),
+            ..filter.clone()
+        };
+        // An error part-way ends the walk, but what Kafka acknowledged is still marked below:
+        // unmarked, it would be sent again by the next replay.
+        let walked: Result<(), ReplayError> = async {
         loop {
             let page = dead_letters::page_for_replay(&self.pool, filter, after, PAGE).await?;
             let Some(last) = page.last() else { break };
@@ -342,10 +354,14 @@ impl Replayer {
                 }
             }
         }
+        Ok(())
+        }
+        .await;
         while let Some((id, result)) = pending.next().await {
             settle(id, result, &mut acked, &mut report);
         }
         self.mark(&mut acked, &mut report).await;
+        walked?;
         report.replayed.sort_unstable();
         Ok(report)
     }

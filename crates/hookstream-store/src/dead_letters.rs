@@ -105,6 +105,9 @@ pub struct Filter {
     pub class: Option<String>,
     /// Only rows never replayed.
     pub unreplayed_only: bool,
+    /// `id <= max_id`: a replay reads only the rows that existed when it started, not the
+    /// dead letters its own sends make when they fail again.
+    pub max_id: Option<i64>,
 }
 
 /// Dead letters of one endpoint (or of no endpoint: poison), for `dlq stats`.
@@ -252,6 +255,19 @@ fn push_filter<'a>(q: &mut QueryBuilder<'a, Postgres>, f: &'a Filter) {
     if f.unreplayed_only {
         q.push(" AND replayed_at IS NULL");
     }
+    if let Some(m) = f.max_id {
+        q.push(" AND id <= ").push_bind(m);
+    }
+}
+
+/// The highest dead-letter id so far (0 when there is none).
+pub async fn max_id(pool: &PgPool) -> Result<i64, StoreError> {
+    Ok(
+        sqlx::query_scalar::<_, Option<i64>>("SELECT max(id) FROM hookstream.dead_letters")
+            .fetch_one(pool)
+            .await?
+            .unwrap_or(0),
+    )
 }
 
 /// Matching dead letters, newest first, at most `limit`.

@@ -546,6 +546,75 @@ async fn a_replay_taken_up_all_at_once_is_still_paced_by_the_retry_role() {
     replay_at_rate(true).await;
 }
 
+/// A replay reads only the dead letters that existed when it started. Those it sends that
+/// fail again become new dead letters matching the same filter; read too, they were sent
+/// again, and again, for as long as each round came back before the replay ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_does_not_send_again_the_dead_letters_its_own_sends_make() {
+    const N: usize = 4;
+    let env = TestEnv::new(1).await.unwrap();
+    let tenant = env.tenant("t").await.unwrap();
+    let receiver = Receiver::start(Behaviour::Status(400)).await;
+    let ep = env.endpoint(tenant, &receiver, &[]).await.unwrap();
+    let cfg = config(&env, vec![1_000]);
+    let token = start(&env, cfg.clone(), Registry::new());
+    let ids = env
+        .publish(
+            &(0..N)
+                .map(|n| NewEvent::new(tenant, "order.created", json!({ "n": n })))
+                .collect::<Vec<_>>(),
+        )
+        .await
+        .unwrap();
+    let by_endpoint = Filter {
+        endpoint: Some(ep),
+        ..Default::default()
+    };
+    assert!(
+        eventually(Duration::from_secs(30), || async {
+            rows(&env, &by_endpoint).await.len() == N
+        })
+        .await,
+        "dead-lettered at once (400)"
+    );
+    let original: HashSet<i64> = rows(&env, &by_endpoint).await.iter().map(|r| r.id).collect();
+
+    // At 1/s the replay lasts about N seconds: long enough for its first sends to fail again
+    // and be stored as new dead letters while it still reads.
+    let replayer = Replayer::new(env.pool.clone(), &env.kafka, &cfg.retry).unwrap();
+    let report = tokio::time::timeout(
+        Duration::from_secs(60),
+        replayer.replay(
+            &by_endpoint,
+            &ReplayOptions {
+                rate_per_s: 1.0,
+                dry_run: false,
+            },
+        ),
+    )
+    .await
+    .expect("the replay ends")
+    .unwrap();
+    let replayed: HashSet<i64> = report.replayed.iter().copied().collect();
+    assert_eq!(replayed, original, "each original once, none of the new ones");
+    assert!(
+        eventually(Duration::from_secs(30), || async {
+            rows(&env, &by_endpoint).await.len() == 2 * N
+        })
+        .await,
+        "each replay failed again and was dead-lettered again"
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        receiver.count(),
+        2 * N,
+        "each event attempted once and replayed once"
+    );
+    let events: HashSet<String> = receiver.received().iter().map(|r| r.webhook_id.clone()).collect();
+    assert_eq!(events.len(), ids.len());
+    token.cancel();
+}
+
 /// Publishes `n` events one by one through the outbox and returns the median latency from
 /// commit to arrival, in ms.
 async fn main_path_p50(env: &TestEnv, tenant: Uuid, receiver: &Receiver, n: usize) -> f64 {
