@@ -44,6 +44,11 @@ pub const PROTECTED_CLIENT_KEYS: &[(&str, &str)] = &[
         "partition.assignment.strategy",
         "the consumers rely on cooperative-sticky assignment",
     ),
+    (
+        "auto.offset.reset",
+        "a group without committed offsets starts at the earliest record; any other start skips what the topic \
+         already holds",
+    ),
 ];
 
 /// Topic names; overridable so several deployments (or tests) can share one cluster.
@@ -301,6 +306,22 @@ impl Validate for KafkaConfig {
                 return err(format!("{name} must not be empty"));
             }
         }
+        // One topic in two roles would feed a role its own output (dead letters read back as
+        // events, dead-lettered again, for good).
+        let t = &self.topics;
+        for (a, b, name) in [
+            (&t.events, &t.dlq, "kafka.topics.events and kafka.topics.dlq"),
+            (
+                &t.events,
+                &t.attempts,
+                "kafka.topics.events and kafka.topics.attempts",
+            ),
+            (&t.dlq, &t.attempts, "kafka.topics.dlq and kafka.topics.attempts"),
+        ] {
+            if a == b {
+                return err(format!("{name} must be different topics (both are {a:?})"));
+            }
+        }
         self.security.validate()?;
         let named: Vec<&str> = self
             .security
@@ -530,6 +551,7 @@ mod tests {
             "acks",
             "enable.auto.offset.store",
             "Enable.Auto.Commit",
+            "auto.offset.reset",
         ] {
             let mut cfg = KafkaConfig::default();
             cfg.client.insert(key.into(), "false".into());
@@ -539,6 +561,25 @@ mod tests {
         let mut cfg = KafkaConfig::default();
         cfg.client.insert("security.protocol".into(), "SASL_SSL".into());
         cfg.validate().unwrap();
+    }
+
+    #[test]
+    fn one_topic_in_two_roles_is_refused() {
+        let mut cfg = KafkaConfig::default();
+        cfg.topics.dlq = cfg.topics.events.clone();
+        let err = cfg.validate().unwrap_err().to_string();
+        assert!(
+            err.contains("kafka.topics.events and kafka.topics.dlq must be different"),
+            "{err}"
+        );
+        let mut cfg = KafkaConfig::default();
+        cfg.topics.attempts = cfg.topics.dlq.clone();
+        assert!(cfg
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("kafka.topics.dlq and kafka.topics.attempts"));
+        KafkaConfig::default().validate().unwrap();
     }
 
     #[test]

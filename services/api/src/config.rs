@@ -169,8 +169,12 @@ impl Validate for ApiSettings {
         if self.message_batch_rows > 1000 {
             return err("api.message_batch_rows must be at most 1000".into());
         }
-        if !(self.recover_rate_per_s.is_finite() && self.recover_rate_per_s > 0.0) {
-            return err("api.recover_rate_per_s must be a positive number".into());
+        if !(self.recover_rate_per_s.is_finite()
+            && self.recover_rate_per_s >= hookstream_replay::MIN_RATE_PER_S)
+        {
+            return err(
+                "api.recover_rate_per_s must be at least one delivery a day (1/86400 per second)".into(),
+            );
         }
         if url::Url::parse(&self.portal_url).map_or(true, |u| !matches!(u.scheme(), "http" | "https")) {
             return err(format!(

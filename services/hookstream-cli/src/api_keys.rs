@@ -41,8 +41,8 @@ pub struct CreateArgs {
     /// The key may only read (GET).
     #[arg(long)]
     pub read_only: bool,
-    /// Expires after this many days (never, by default).
-    #[arg(long)]
+    /// Expires after this many days (never, by default; at most 36,500).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=36_500))]
     pub expires_in_days: Option<u32>,
     #[arg(long)]
     pub json: bool,

@@ -226,8 +226,8 @@ async fn replay(
     if a.ids.is_empty() && a.sel.is_empty() {
         bail!("choose what to replay: --id, --endpoint, --tenant, --since/--until or --class");
     }
-    if !(a.rate.is_finite() && a.rate > 0.0) {
-        bail!("--rate must be a positive number of deliveries per second");
+    if !(a.rate.is_finite() && a.rate >= hookstream_replay::MIN_RATE_PER_S) {
+        bail!("--rate must be at least one delivery a day (1/86400 per second)");
     }
     let mut filter = a.sel.filter(pool).await?;
     if !a.ids.is_empty() {

@@ -150,8 +150,8 @@ enum EndpointCmd {
     /// secrets keep signing too until the overlap ends, so receivers can switch over.
     RotateSecret {
         id: Uuid,
-        /// Hours the current secrets stay valid beside the new one.
-        #[arg(long, default_value_t = 24)]
+        /// Hours the current secrets stay valid beside the new one (at most a year).
+        #[arg(long, default_value_t = 24, value_parser = clap::value_parser!(u64).range(0..=8_760))]
         overlap_hours: u64,
         #[arg(long)]
         json: bool,
@@ -210,7 +210,8 @@ struct EventPublish {
     /// The payload, a JSON object.
     #[arg(long)]
     data: String,
-    #[arg(long, default_value_t = 1)]
+    /// How many copies, in one transaction (at most 100,000).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     count: u32,
     #[arg(long)]
     json: bool,
