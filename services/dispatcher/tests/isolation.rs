@@ -63,9 +63,14 @@ async fn breaker_opens_refuses_without_calls_half_opens_and_closes() {
     assert_eq!(opened, 1.0);
     assert_eq!(metric(&registry, "hookstream_dispatcher_breakers_open", &[]), 1.0);
     let calls_when_open = receiver.count();
+    // Three failures open it. Calls admitted before that may still finish: each event has at
+    // most one call under way, and the one whose failure opened it has none, so at most four
+    // more. (On a loaded machine the relay may ship the events in two batches, so a retry of
+    // an early one can be among them: a CI run saw 6.) Whatever was admitted, none is made
+    // while it is open (below).
     assert!(
-        (3..=5).contains(&calls_when_open),
-        "three failures open it; first attempts already under way may finish ({calls_when_open} calls)"
+        (3..=7).contains(&calls_when_open),
+        "three failures open it; calls already under way may finish ({calls_when_open} calls)"
     );
     tokio::time::sleep(Duration::from_millis(2_500)).await;
     assert_eq!(
