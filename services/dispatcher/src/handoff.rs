@@ -38,16 +38,7 @@ pub(crate) async fn to_retry_tier(ctx: &Context, task: &DeliveryTask, handled: &
     } else {
         task.endpoint_id.as_str()
     };
-    let result = hookstream_kafka::produce_until_acked(
-        &ctx.producer,
-        &tier.topic,
-        key.as_bytes(),
-        &bytes,
-        None,
-        &ctx.shutdown,
-    )
-    .await;
-    match result {
+    match produce(ctx, &tier.topic, key, &bytes).await {
         Err(HandoffError::TooLarge { topic, bytes, error }) => {
             ctx.metrics.too_large.with_label_values(&["retry"]).inc();
             tracing::warn!(topic, bytes, error = %error, endpoint_id = task.endpoint_id,
@@ -84,6 +75,12 @@ pub(crate) async fn to_retry_tier(ctx: &Context, task: &DeliveryTask, handled: &
     }
 }
 
+/// One hand-off of `bytes` to `topic`, until Kafka acknowledges it (or refuses it for good).
+async fn produce(ctx: &Context, topic: &str, key: &str, bytes: &[u8]) -> Result<(i32, i64), HandoffError> {
+    hookstream_kafka::produce_until_acked(&ctx.producer, topic, key.as_bytes(), bytes, None, &ctx.shutdown)
+        .await
+}
+
 /// Produces a dead letter and waits for Kafka's acknowledgement. One the DLQ topic refuses as
 /// too large is made smaller (`shrink`) and produced again, so it is never retried as it is.
 pub(crate) async fn dead_letter(ctx: &Context, mut letter: DeadLetter, key: &str) -> Finished {
@@ -93,17 +90,7 @@ pub(crate) async fn dead_letter(ctx: &Context, mut letter: DeadLetter, key: &str
         letter.error_class.clone()
     };
     loop {
-        let bytes = letter.encode_to_vec();
-        let result = hookstream_kafka::produce_until_acked(
-            &ctx.producer,
-            &ctx.topics.dlq,
-            key.as_bytes(),
-            &bytes,
-            None,
-            &ctx.shutdown,
-        )
-        .await;
-        match result {
+        match produce(ctx, &ctx.topics.dlq, key, &letter.encode_to_vec()).await {
             Err(HandoffError::TooLarge { topic, bytes, error }) => {
                 ctx.metrics.too_large.with_label_values(&["dlq"]).inc();
                 let Some(dropped) = shrink(&mut letter, bytes) else {

@@ -273,27 +273,41 @@ async fn sigkill_mid_batch_twenty_times_loses_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_row_too_large_for_the_topic_is_quarantined_and_the_rows_behind_it_flow() {
     let env = TestEnv::new(1).await.unwrap();
-    let tenant = env.tenant("t").await.unwrap();
-    let mut events =
-        vec![Event::new(tenant, "doc.saved", json!({ "blob": "x".repeat(5_000) })).aggregate("doc", "d1")];
-    for i in 0..5 {
-        events.push(Event::new(tenant, "doc.saved", json!({ "i": i })).aggregate("doc", "d1"));
-    }
-    let ids = env.publish(&events).await.unwrap();
+    let ids = publish_big_then_five(&env, 5_000).await;
     let mut vars = service_env(&env);
     vars.push(("HOOKSTREAM_RELAY__MAX_RECORD_BYTES".into(), "2000".into()));
     let relay = ServiceProcess::spawn(Path::new(RELAY), &vars, &env.log_path("relay")).unwrap();
+    first_quarantined_rest_shipped(&env, &ids, "exceeds the 2000-byte limit").await;
+    assert_eq!(relay.terminate().await, Some(0));
+}
+
+/// A row with a `blob` of `blob_bytes`, then five small ones, all of one aggregate; their ids.
+async fn publish_big_then_five(env: &TestEnv, blob_bytes: usize) -> Vec<Uuid> {
+    let tenant = env.tenant("t").await.unwrap();
+    let mut events = vec![
+        Event::new(tenant, "doc.saved", json!({ "blob": "x".repeat(blob_bytes) })).aggregate("doc", "d1"),
+    ];
+    for i in 0..5 {
+        events.push(Event::new(tenant, "doc.saved", json!({ "i": i })).aggregate("doc", "d1"));
+    }
+    env.publish(&events).await.unwrap()
+}
+
+/// The outbox drains; the first of `ids` is quarantined with a reason containing `reason`,
+/// and the rows behind it are in the events topic, in order.
+async fn first_quarantined_rest_shipped(env: &TestEnv, ids: &[Uuid], reason: &str) {
     assert!(
         eventually(Duration::from_secs(30), || async {
             env.outbox_len().await.unwrap() == 0
         })
-        .await
+        .await,
+        "the outbox drained past the row"
     );
     let quarantined = hookstream_store::outbox::quarantined(&env.pool).await.unwrap();
     assert_eq!(quarantined.len(), 1);
     assert_eq!(quarantined[0].event_id, ids[0]);
     assert!(
-        quarantined[0].reason.contains("exceeds the 2000-byte limit"),
+        quarantined[0].reason.contains(reason),
         "{}",
         quarantined[0].reason
     );
@@ -306,7 +320,6 @@ async fn a_row_too_large_for_the_topic_is_quarantined_and_the_rows_behind_it_flo
         .collect();
     let behind: Vec<String> = ids[1..].iter().map(Uuid::to_string).collect();
     assert_eq!(shipped, behind, "the rows behind it were shipped, in order");
-    assert_eq!(relay.terminate().await, Some(0));
 }
 
 /// A record the producer itself refuses (an operator's `kafka.client` lowers
@@ -315,13 +328,7 @@ async fn a_row_too_large_for_the_topic_is_quarantined_and_the_rows_behind_it_flo
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_row_the_producer_refuses_is_quarantined_and_the_rows_behind_it_flow() {
     let env = TestEnv::new(1).await.unwrap();
-    let tenant = env.tenant("t").await.unwrap();
-    let mut events =
-        vec![Event::new(tenant, "doc.saved", json!({ "blob": "x".repeat(20_000) })).aggregate("doc", "d1")];
-    for i in 0..5 {
-        events.push(Event::new(tenant, "doc.saved", json!({ "i": i })).aggregate("doc", "d1"));
-    }
-    let ids = env.publish(&events).await.unwrap();
+    let ids = publish_big_then_five(&env, 20_000).await;
     let mut kafka = env.kafka.clone();
     kafka.client.insert("message.max.bytes".into(), "10000".into());
     let cfg = outbox_relay::Config {
@@ -334,32 +341,7 @@ async fn a_row_the_producer_refuses_is_quarantined_and_the_rows_behind_it_flow()
     let relay = tokio::spawn(async move {
         outbox_relay::run(cfg, &prometheus::Registry::new(), Default::default(), stop).await
     });
-    assert!(
-        eventually(Duration::from_secs(30), || async {
-            env.outbox_len().await.unwrap() == 0
-        })
-        .await,
-        "the outbox drained past the row"
-    );
-    let quarantined = hookstream_store::outbox::quarantined(&env.pool).await.unwrap();
-    assert_eq!(quarantined.len(), 1);
-    assert_eq!(quarantined[0].event_id, ids[0]);
-    assert!(
-        quarantined[0]
-            .reason
-            .contains("larger than the producer sends (message.max.bytes)"),
-        "{}",
-        quarantined[0].reason
-    );
-    let shipped: Vec<String> = env
-        .read_all(&env.kafka.topics.events)
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| EventEnvelope::decode(r.payload.as_slice()).unwrap().event_id)
-        .collect();
-    let behind: Vec<String> = ids[1..].iter().map(Uuid::to_string).collect();
-    assert_eq!(shipped, behind, "the rows behind it were shipped, in order");
+    first_quarantined_rest_shipped(&env, &ids, "larger than the producer sends (message.max.bytes)").await;
     token.cancel();
     relay.await.unwrap().unwrap();
 }
