@@ -24,8 +24,12 @@ pub enum TopicError {
     Config { topic: String, code: RDKafkaErrorCode },
     #[error("topic {0} has partitions without a leader after 30 s")]
     NotReady(String),
-    #[error("topic {0} does not exist")]
+    #[error("topic {0} does not exist: `hookstream topics create` makes every topic Hookstream uses")]
     Missing(String),
+    #[error(
+        "kafka refuses this client access to topic {0}: grant its principal the ACLs in docs/deploy/cloud.md"
+    )]
+    Unauthorized(String),
     #[error(
         "retry tier topic {topic} keeps records {retention} (retention.ms={retention_ms}), less than its delay {delay} plus \
          retry.retention_headroom_ms: a record could be deleted before it is due; give it at least retention.ms={required_ms} \
@@ -53,7 +57,10 @@ impl TopicError {
     pub fn is_configuration(&self) -> bool {
         matches!(
             self,
-            TopicError::RetentionTooShort { .. } | TopicError::FewerPartitions { .. }
+            TopicError::RetentionTooShort { .. }
+                | TopicError::FewerPartitions { .. }
+                | TopicError::Missing(_)
+                | TopicError::Unauthorized(_)
         )
     }
 }
@@ -217,6 +224,45 @@ fn wait_for_leaders(cfg: &KafkaConfig, topics: &[(String, i32, bool)]) -> Result
         }
     }
     Ok(())
+}
+
+/// Refuses to go on when one of `names` does not exist or this client may not use it, so
+/// that a service finds out at start, saying which topic, instead of retrying a hand-off to
+/// it for ever (a stuck partition behind a green health check). Asks for the topics'
+/// metadata, which needs no more than the access a service has to use the topic anyway.
+pub async fn check_exist(cfg: &KafkaConfig, names: &[String]) -> Result<(), TopicError> {
+    let cfg = cfg.clone();
+    let names = names.to_vec();
+    tokio::task::spawn_blocking(move || {
+        let consumer: BaseConsumer = client_config(&cfg).create()?;
+        for name in &names {
+            let md = consumer.fetch_metadata(Some(name), Duration::from_secs(10))?;
+            let code = md
+                .topics()
+                .iter()
+                .find(|t| t.name() == name)
+                .map(|t| t.error().map(RDKafkaErrorCode::from));
+            match code {
+                // Present (a partition without a leader yet is waited for by the producer).
+                Some(None | Some(RDKafkaErrorCode::LeaderNotAvailable)) => {}
+                None | Some(Some(RDKafkaErrorCode::UnknownTopicOrPartition)) => {
+                    return Err(TopicError::Missing(name.clone()))
+                }
+                Some(Some(RDKafkaErrorCode::TopicAuthorizationFailed)) => {
+                    return Err(TopicError::Unauthorized(name.clone()))
+                }
+                Some(Some(code)) => {
+                    return Err(TopicError::Config {
+                        topic: name.clone(),
+                        code,
+                    })
+                }
+            }
+        }
+        Ok(())
+    })
+    .await
+    .map_err(|e| TopicError::Internal(e.to_string()))?
 }
 
 /// The current configuration of each topic (name → key → value); a missing topic is an error.

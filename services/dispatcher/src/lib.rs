@@ -86,6 +86,25 @@ impl ServiceError for DispatchError {
     }
 }
 
+/// The topics other than the retry tiers that the roles this process runs read or write.
+fn topics_used(cfg: &Config) -> Vec<String> {
+    let topics = &cfg.kafka.topics;
+    let delivers = cfg.dispatcher.runs(Role::Events) || cfg.dispatcher.runs(Role::Retry);
+    let mut used = Vec::new();
+    if cfg.dispatcher.runs(Role::Events) {
+        used.push(topics.events.clone());
+    }
+    if delivers || (cfg.dispatcher.runs(Role::DlqSink) && cfg.dlq.sink_enabled) {
+        used.push(topics.dlq.clone());
+    }
+    if (delivers && cfg.attempts.log != attempt_log::LogMode::Off)
+        || (cfg.dispatcher.runs(Role::AttemptSink) && cfg.attempts.sink_enabled)
+    {
+        used.push(topics.attempts.clone());
+    }
+    used
+}
+
 /// Runs the dispatcher's roles until `shutdown` is cancelled (then drains, see
 /// `DispatcherSettings`) or one of its tasks stops unexpectedly (then it drains the others and
 /// returns the failure).
@@ -100,6 +119,9 @@ pub async fn run(
     if !hookstream_kafka::probe_at_start(&cfg.kafka, &shutdown).await? {
         return Ok(()); // asked to stop while waiting for Kafka
     }
+    // A topic this process uses that is missing or refused would otherwise show only as a
+    // hand-off retried for ever behind a green health check (the tiers are made below).
+    hookstream_kafka::topics::check_exist(&cfg.kafka, &topics_used(&cfg)).await?;
     let metrics = DispatcherMetrics::register(registry);
     for role in [Role::Events, Role::Retry, Role::DlqSink, Role::AttemptSink] {
         let runs = cfg.dispatcher.runs(role)

@@ -204,3 +204,32 @@ async fn kafka_that_does_not_answer_is_waited_for_not_a_reason_to_exit() {
     ended.expect("stopping while waiting is a clean stop");
     assert!(asked.elapsed() < Duration::from_secs(2), "{:?}", asked.elapsed());
 }
+
+/// A topic the dispatcher writes to that does not exist (auto-creation is off, as on any
+/// managed cluster) used to show only when the first dead letter or attempt record was
+/// retried for ever, its partition stuck and `/healthz` green. It is refused at start, with
+/// the topic named and exit code 2.
+#[tokio::test]
+async fn a_missing_dlq_or_attempts_topic_is_refused_at_start_naming_it() {
+    let env = TestEnv::new(1).await.unwrap();
+    for key in [
+        "HOOKSTREAM_KAFKA__TOPICS__DLQ",
+        "HOOKSTREAM_KAFKA__TOPICS__ATTEMPTS",
+    ] {
+        let absent = format!("{}-absent-{}", env.kafka.topics.events, key.len());
+        let mut vars = dispatcher_env(&env);
+        vars.push((key.into(), absent.clone()));
+        let log = env.log_path(&format!("absent-{key}"));
+        let mut p = ServiceProcess::spawn(Path::new(env!("CARGO_BIN_EXE_dispatcher")), &vars, &log).unwrap();
+        let code = tokio::time::timeout(Duration::from_secs(30), p.wait())
+            .await
+            .unwrap_or_else(|_| panic!("{key}: still running with topic {absent} missing"));
+        let output = std::fs::read_to_string(&log).unwrap();
+        assert_eq!(code, Some(2), "{key}: {output}");
+        assert!(
+            output.contains(&format!("topic {absent} does not exist")),
+            "{key}: names the topic: {output}"
+        );
+        assert!(output.contains("hookstream topics create"), "says how: {output}");
+    }
+}

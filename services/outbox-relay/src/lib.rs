@@ -48,6 +48,8 @@ pub enum RelayError {
     TaskFailed(#[from] hookstream_telemetry::TaskFailed),
     #[error(transparent)]
     KafkaUnusable(#[from] hookstream_kafka::ProbeError),
+    #[error(transparent)]
+    Topic(#[from] hookstream_kafka::TopicError),
 }
 
 impl ServiceError for RelayError {
@@ -55,6 +57,8 @@ impl ServiceError for RelayError {
         match self {
             // Wrong credentials or certificates: an operator must fix them.
             RelayError::KafkaUnusable(e) if e.is_configuration() => 2,
+            // A missing or refused events topic.
+            RelayError::Topic(e) if e.is_configuration() => 2,
             _ => 1,
         }
     }
@@ -72,6 +76,8 @@ pub async fn run(
     if !hookstream_kafka::probe_at_start(&cfg.kafka, &shutdown).await? {
         return Ok(()); // asked to stop while waiting for Kafka
     }
+    // Else every batch would wait out the produce timeout and be shipped again, for ever.
+    hookstream_kafka::topics::check_exist(&cfg.kafka, std::slice::from_ref(&cfg.kafka.topics.events)).await?;
     let metrics = RelayMetrics::register(registry);
     let pool = hookstream_store::connect(&cfg.database).await?;
     if cfg.database.migrate_on_start {

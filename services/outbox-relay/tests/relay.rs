@@ -346,6 +346,27 @@ async fn a_row_the_producer_refuses_is_quarantined_and_the_rows_behind_it_flow()
     relay.await.unwrap().unwrap();
 }
 
+/// Without its events topic (auto-creation off) every batch used to wait out the produce
+/// timeout and be claimed again, for ever, with the relay healthy. It is refused at start.
+#[tokio::test]
+async fn a_missing_events_topic_is_refused_at_start_naming_it() {
+    let env = TestEnv::new(1).await.unwrap();
+    let absent = format!("{}-absent", env.kafka.topics.events);
+    let mut vars = service_env(&env);
+    vars.push(("HOOKSTREAM_KAFKA__TOPICS__EVENTS".into(), absent.clone()));
+    let log = env.log_path("absent-events");
+    let mut p = ServiceProcess::spawn(Path::new(RELAY), &vars, &log).unwrap();
+    let code = tokio::time::timeout(Duration::from_secs(30), p.wait())
+        .await
+        .expect("exits instead of retrying for ever");
+    let output = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(code, Some(2), "{output}");
+    assert!(
+        output.contains(&format!("topic {absent} does not exist")),
+        "{output}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idempotency_keys_past_their_window_are_pruned_in_batches() {
     let env = TestEnv::new(1).await.unwrap();
