@@ -20,7 +20,7 @@
 
 #![forbid(unsafe_code)]
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use futures::stream::{FuturesUnordered, StreamExt};
@@ -60,6 +60,9 @@ const LEAD_MS: i64 = 0;
 const PAGE: i64 = 500;
 /// Dead letters marked replayed per UPDATE.
 const MARK_BATCH: usize = 100;
+/// A page's claim lasts until its last task is due, plus this: time for Kafka to acknowledge
+/// and for the marking, before another replay may take what is left of it.
+const CLAIM_MARGIN_MS: i64 = 10 * 60 * 1000;
 /// A resend looks for the event from this long before its id's timestamp (clock skew).
 const SKEW_MS: i64 = 60_000;
 /// A resend gives up scanning the events topic after this long.
@@ -241,6 +244,8 @@ impl Replayer {
         let start_ms = now_ms();
         let mut k: u64 = 0;
         let mut after = 0;
+        // This replay's claim on what it sends: another replay at the same time skips it.
+        let claim = Uuid::new_v4();
         // What exists now: the dead letters this replay's own sends make when they fail again
         // match the filter too, and must not be sent again by it.
         let filter = &Filter {
@@ -254,22 +259,54 @@ impl Replayer {
             let page = dead_letters::page_for_replay(&self.pool, filter, after, PAGE).await?;
             let Some(last) = page.last() else { break };
             after = last.letter.id;
+            // What each row is: a task to send, or the reason it is skipped.
+            let mut decided = Vec::with_capacity(page.len());
             for row in page {
+                let verdict = match replayable(&row) {
+                    Ok((target, event)) => {
+                        if let std::collections::hash_map::Entry::Vacant(slot) = target_state.entry(target) {
+                            slot.insert(self.target_usable(target).await?);
+                        }
+                        match &target_state[&target] {
+                            Ok(()) => Ok((target, event)),
+                            Err(reason) => Err(reason.clone()),
+                        }
+                    }
+                    Err(reason) => Err(reason),
+                };
+                decided.push((row, verdict));
+            }
+            // Claimed: what this replay would send (what it skips, another replay should see
+            // skipped for its own reason).
+            let ids: Vec<i64> = decided
+                .iter()
+                .filter(|(_, verdict)| verdict.is_ok())
+                .map(|(row, _)| row.letter.id)
+                .collect();
+            let claimed: HashSet<i64> = if opts.dry_run {
+                ids.into_iter().collect()
+            } else {
+                // Until the page's last task is due (at most one task per row), plus the margin.
+                let last_due_ms = start_ms + ((k + ids.len() as u64) as f64 * interval_ms).round() as i64;
+                let for_ms = (last_due_ms - now_ms()).max(0) + CLAIM_MARGIN_MS;
+                dead_letters::claim_for_replay(&self.pool, &ids, claim, for_ms)
+                    .await?
+                    .into_iter()
+                    .collect()
+            };
+            for (row, verdict) in decided {
                 let id = row.letter.id;
-                let (target, event) = match replayable(&row) {
+                let (target, event) = match verdict {
                     Ok(v) => v,
                     Err(reason) => {
                         report.skipped.push(NotReplayed { id, reason });
                         continue;
                     }
                 };
-                if let std::collections::hash_map::Entry::Vacant(slot) = target_state.entry(target) {
-                    slot.insert(self.target_usable(target).await?);
-                }
-                if let Some(Err(reason)) = target_state.get(&target) {
+                if !claimed.contains(&id) {
                     report.skipped.push(NotReplayed {
                         id,
-                        reason: reason.clone(),
+                        reason: "another replay running now is sending it".into(),
                     });
                     continue;
                 }
@@ -361,6 +398,13 @@ impl Replayer {
             settle(id, result, &mut acked, &mut report);
         }
         self.mark(&mut acked, &mut report).await;
+        if !opts.dry_run {
+            // What was not sent (refused by Kafka, skipped, or behind an error) is free again;
+            // should this fail, the claims expire on their own.
+            if let Err(e) = dead_letters::release_replay_claims(&self.pool, claim).await {
+                tracing::warn!(error = %e, "could not release the replay's claims; they expire on their own");
+            }
+        }
         walked?;
         report.replayed.sort_unstable();
         Ok(report)

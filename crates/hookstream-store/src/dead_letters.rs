@@ -325,13 +325,60 @@ pub async fn event_envelope(pool: &PgPool, event_id: Uuid) -> Result<Option<Vec<
     .await?)
 }
 
-/// Records that these dead letters were put back into the pipeline (after Kafka's ack).
+/// Claims for the replay `claim` those of `ids` that no other replay holds, until `for_ms`
+/// from now (the database's clock); returns the ids claimed. Rows are taken in id order and
+/// a row another replay is claiming at this instant is skipped, not waited for: two replays
+/// claiming overlapping pages never deadlock, and each row goes to one of them.
+pub async fn claim_for_replay(
+    pool: &PgPool,
+    ids: &[i64],
+    claim: Uuid,
+    for_ms: i64,
+) -> Result<Vec<i64>, StoreError> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    Ok(sqlx::query_scalar(
+        "UPDATE hookstream.dead_letters
+            SET replay_claim = $2,
+                replay_claimed_until = now() + make_interval(secs => $3::float8 / 1000)
+          WHERE id IN (SELECT id FROM hookstream.dead_letters
+                        WHERE id = ANY($1)
+                          AND (replay_claim IS NULL OR replay_claim = $2
+                               OR replay_claimed_until < now())
+                        ORDER BY id
+                        FOR UPDATE SKIP LOCKED)
+          RETURNING id",
+    )
+    .bind(ids)
+    .bind(claim)
+    .bind(for_ms.max(0))
+    .fetch_all(pool)
+    .await?)
+}
+
+/// Gives up what the replay `claim` still holds (what it did not send).
+pub async fn release_replay_claims(pool: &PgPool, claim: Uuid) -> Result<u64, StoreError> {
+    let done = sqlx::query(
+        "UPDATE hookstream.dead_letters SET replay_claim = NULL, replay_claimed_until = NULL
+          WHERE replay_claim = $1",
+    )
+    .bind(claim)
+    .execute(pool)
+    .await?;
+    Ok(done.rows_affected())
+}
+
+/// Records that these dead letters were put back into the pipeline (after Kafka's ack), and
+/// clears their replay claim.
 pub async fn mark_replayed(pool: &PgPool, ids: &[i64]) -> Result<u64, StoreError> {
     if ids.is_empty() {
         return Ok(0);
     }
     let done = sqlx::query(
-        "UPDATE hookstream.dead_letters SET replayed_at = now(), replay_count = replay_count + 1
+        "UPDATE hookstream.dead_letters
+            SET replayed_at = now(), replay_count = replay_count + 1,
+                replay_claim = NULL, replay_claimed_until = NULL
           WHERE id = ANY($1)",
     )
     .bind(ids)

@@ -615,6 +615,84 @@ async fn a_replay_does_not_send_again_the_dead_letters_its_own_sends_make() {
     token.cancel();
 }
 
+/// Two replays of the same dead letters at the same time (a double click on "recover", two
+/// operators) used to send each of them twice: nothing claimed the rows. Now each dead letter
+/// is sent by one of them, and the other reports it skipped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replays_at_once_send_each_dead_letter_once() {
+    const N: usize = 6;
+    let env = TestEnv::new(1).await.unwrap();
+    let tenant = env.tenant("t").await.unwrap();
+    let receiver = Receiver::start(Behaviour::Status(400)).await;
+    let ep = env.endpoint(tenant, &receiver, &[]).await.unwrap();
+    let cfg = config(&env, vec![1_000]);
+    let token = start(&env, cfg.clone(), Registry::new());
+    env.publish(
+        &(0..N)
+            .map(|n| NewEvent::new(tenant, "order.created", json!({ "n": n })))
+            .collect::<Vec<_>>(),
+    )
+    .await
+    .unwrap();
+    let by_endpoint = Filter {
+        endpoint: Some(ep),
+        ..Default::default()
+    };
+    assert!(
+        eventually(Duration::from_secs(30), || async {
+            rows(&env, &by_endpoint).await.len() == N
+        })
+        .await,
+        "dead-lettered at once (400)"
+    );
+    let original: HashSet<i64> = rows(&env, &by_endpoint).await.iter().map(|r| r.id).collect();
+    receiver.set_behaviour(Behaviour::Ok);
+
+    let (a, b) = (
+        Replayer::new(env.pool.clone(), &env.kafka, &cfg.retry).unwrap(),
+        Replayer::new(env.pool.clone(), &env.kafka, &cfg.retry).unwrap(),
+    );
+    let opts = ReplayOptions {
+        rate_per_s: 3.0,
+        dry_run: false,
+    };
+    let (a, b) = tokio::time::timeout(
+        Duration::from_secs(60),
+        futures::future::join(a.replay(&by_endpoint, &opts), b.replay(&by_endpoint, &opts)),
+    )
+    .await
+    .expect("both replays end");
+    let (a, b) = (a.unwrap(), b.unwrap());
+    let sent_a: HashSet<i64> = a.replayed.iter().copied().collect();
+    let sent_b: HashSet<i64> = b.replayed.iter().copied().collect();
+    assert!(sent_a.is_disjoint(&sent_b), "sent by both: {sent_a:?} {sent_b:?}");
+    assert_eq!(&sent_a | &sent_b, original, "each sent by one of them");
+    for (sent, other) in [(&a, &b), (&b, &a)] {
+        let skipped: HashSet<i64> = other
+            .skipped
+            .iter()
+            .filter(|s| s.reason.contains("another replay"))
+            .map(|s| s.id)
+            .collect();
+        let mine: HashSet<i64> = sent.replayed.iter().copied().collect();
+        assert_eq!(skipped, mine, "the other reports what this one sent as skipped");
+    }
+    assert!(
+        eventually(Duration::from_secs(30), || async { receiver.successes() == N }).await,
+        "each replay delivered"
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(receiver.successes(), N, "none delivered twice");
+    let claimed: i64 = hookstream_store::sqlx::query_scalar(
+        "SELECT count(*) FROM hookstream.dead_letters WHERE replay_claim IS NOT NULL",
+    )
+    .fetch_one(&env.pool)
+    .await
+    .unwrap();
+    assert_eq!(claimed, 0, "claims end with the replays");
+    token.cancel();
+}
+
 /// Publishes `n` events one by one through the outbox and returns the median latency from
 /// commit to arrival, in ms.
 async fn main_path_p50(env: &TestEnv, tenant: Uuid, receiver: &Receiver, n: usize) -> f64 {
