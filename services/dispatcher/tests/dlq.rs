@@ -693,6 +693,108 @@ async fn two_replays_at_once_send_each_dead_letter_once() {
     token.cancel();
 }
 
+/// A database error part-way through a replay ends it with the error, but what Kafka had
+/// acknowledged before is still marked replayed (unmarked, the next replay would send it
+/// again), and its claims are released. The error here: claiming the second page (a replay
+/// reads 500 dead letters a page) fails, by a trigger on the 501st row.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_that_fails_part_way_marks_what_kafka_acknowledged() {
+    const N: i64 = 501;
+    let env = TestEnv::new(1).await.unwrap();
+    let tenant = env.tenant("t").await.unwrap();
+    let receiver = Receiver::start(Behaviour::Ok).await;
+    let ep = env.endpoint(tenant, &receiver, &[]).await.unwrap();
+    let cfg = config(&env, vec![1_000]);
+    hookstream_kafka::ensure_topics(
+        &env.kafka,
+        &hookstream_kafka::topics::tier_specs(&env.kafka, &cfg.retry),
+    )
+    .await
+    .unwrap();
+    let now = chrono::Utc::now();
+    let letters: Vec<NewDeadLetter> = (0..N)
+        .map(|offset| {
+            let event_id = Uuid::now_v7();
+            NewDeadLetter {
+                tenant_id: Some(tenant),
+                endpoint_id: Some(ep),
+                event_id: Some(event_id),
+                event_type: "order.created".into(),
+                reason: "HTTP 400".into(),
+                error_class: "http_4xx".into(),
+                last_status: 400,
+                attempts: 1,
+                event: Some(
+                    EventEnvelope {
+                        event_id: event_id.to_string(),
+                        tenant_id: tenant.to_string(),
+                        event_type: "order.created".into(),
+                        payload: Bytes::from_static(br#"{"n":1}"#),
+                        ..Default::default()
+                    }
+                    .encode_to_vec(),
+                ),
+                raw: None,
+                ..poison_row(offset, now)
+            }
+        })
+        .collect();
+    dead_letters::insert_many(&env.pool, &letters).await.unwrap();
+    let ids: Vec<i64> =
+        hookstream_store::sqlx::query_scalar("SELECT id FROM hookstream.dead_letters ORDER BY id")
+            .fetch_all(&env.pool)
+            .await
+            .unwrap();
+    assert_eq!(ids.len(), N as usize);
+    let last = ids[ids.len() - 1];
+    sqlx_exec(
+        &env,
+        &format!(
+            "CREATE FUNCTION hookstream.refuse_claim() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN
+               IF NEW.id = {last} AND NEW.replay_claim IS NOT NULL THEN
+                 RAISE EXCEPTION 'claim refused for the test';
+               END IF;
+               RETURN NEW;
+             END $$"
+        ),
+    )
+    .await;
+    sqlx_exec(
+        &env,
+        "CREATE TRIGGER refuse_claim BEFORE UPDATE ON hookstream.dead_letters
+           FOR EACH ROW EXECUTE FUNCTION hookstream.refuse_claim()",
+    )
+    .await;
+
+    let replayer = Replayer::new(env.pool.clone(), &env.kafka, &cfg.retry).unwrap();
+    let by_endpoint = Filter {
+        endpoint: Some(ep),
+        ..Default::default()
+    };
+    let err = replayer
+        .replay(
+            &by_endpoint,
+            &ReplayOptions {
+                rate_per_s: 100_000.0,
+                dry_run: false,
+            },
+        )
+        .await
+        .expect_err("the second page cannot be claimed");
+    assert!(err.to_string().contains("claim refused"), "{err}");
+    let (marked, claimed): (i64, i64) = hookstream_store::sqlx::query_as(
+        "SELECT count(*) FILTER (WHERE replayed_at IS NOT NULL),
+                count(*) FILTER (WHERE replay_claim IS NOT NULL)
+           FROM hookstream.dead_letters",
+    )
+    .fetch_one(&env.pool)
+    .await
+    .unwrap();
+    assert_eq!(marked, N - 1, "the first page was sent and is marked");
+    assert_eq!(claimed, 0, "claims released");
+}
+
 /// Publishes `n` events one by one through the outbox and returns the median latency from
 /// commit to arrival, in ms.
 async fn main_path_p50(env: &TestEnv, tenant: Uuid, receiver: &Receiver, n: usize) -> f64 {
