@@ -60,8 +60,11 @@ const LEAD_MS: i64 = 0;
 const PAGE: i64 = 500;
 /// Dead letters marked replayed per UPDATE.
 const MARK_BATCH: usize = 100;
-/// A page's claim lasts until its last task is due, plus this: time for Kafka to acknowledge
-/// and for the marking, before another replay may take what is left of it.
+/// A replay claims the dead letters due in the next minute (at least one) at a time, so that
+/// a slow replay that dies does not hold what it had not reached for long.
+const CLAIM_AHEAD_MS: i64 = 60_000;
+/// A claim lasts until its last task is due, plus this: time for Kafka to acknowledge and for
+/// the marking, before another replay may take what is left of it.
 const CLAIM_MARGIN_MS: i64 = 10 * 60 * 1000;
 /// A resend looks for the event from this long before its id's timestamp (clock skew).
 const SKEW_MS: i64 = 60_000;
@@ -276,24 +279,16 @@ impl Replayer {
                 };
                 decided.push((row, verdict));
             }
-            // Claimed: what this replay would send (what it skips, another replay should see
-            // skipped for its own reason).
-            let ids: Vec<i64> = decided
+            // Claimed as they come due, a minute's worth at a time: what this replay would send
+            // (what it skips, another replay should see skipped for its own reason).
+            let sendable: Vec<i64> = decided
                 .iter()
                 .filter(|(_, verdict)| verdict.is_ok())
                 .map(|(row, _)| row.letter.id)
                 .collect();
-            let claimed: HashSet<i64> = if opts.dry_run {
-                ids.into_iter().collect()
-            } else {
-                // Until the page's last task is due (at most one task per row), plus the margin.
-                let last_due_ms = start_ms + ((k + ids.len() as u64) as f64 * interval_ms).round() as i64;
-                let for_ms = (last_due_ms - now_ms()).max(0) + CLAIM_MARGIN_MS;
-                dead_letters::claim_for_replay(&self.pool, &ids, claim, for_ms)
-                    .await?
-                    .into_iter()
-                    .collect()
-            };
+            let per_claim = ((CLAIM_AHEAD_MS as f64 / interval_ms) as usize).clamp(1, sendable.len().max(1));
+            let mut asked = 0; // sendable[..asked] were asked for
+            let mut claimed: HashSet<i64> = HashSet::new();
             for (row, verdict) in decided {
                 let id = row.letter.id;
                 let (target, event) = match verdict {
@@ -303,6 +298,19 @@ impl Replayer {
                         continue;
                     }
                 };
+                if asked < sendable.len() && sendable[asked] == id {
+                    let chunk = &sendable[asked..(asked + per_claim).min(sendable.len())];
+                    asked += chunk.len();
+                    if opts.dry_run {
+                        claimed.extend(chunk);
+                    } else {
+                        // Until the chunk's last task is due (at most one per row), plus the margin.
+                        let last_due_ms =
+                            start_ms + ((k + chunk.len() as u64) as f64 * interval_ms).round() as i64;
+                        let for_ms = (last_due_ms - now_ms()).max(0) + CLAIM_MARGIN_MS;
+                        claimed.extend(dead_letters::claim_for_replay(&self.pool, chunk, claim, for_ms).await?);
+                    }
+                }
                 if !claimed.contains(&id) {
                     report.skipped.push(NotReplayed {
                         id,
