@@ -135,7 +135,7 @@ for name, svc in envs.items():
         ports.setdefault("compose telemetry.listen", set()).add(svc["env"]["HOOKSTREAM_TELEMETRY__LISTEN"].rsplit(":", 1)[1])
 prom = YAML(typ="safe").load(open(f"{root}/deploy/prometheus/prometheus.yml"))
 for job in prom["scrape_configs"]:
-    if job["job_name"] in ("outbox-relay", "dispatcher"):
+    if job["job_name"] in ("outbox-relay", "dispatcher", "api"):
         ports.setdefault("prometheus.yml", set()).update(str(d["port"]) for d in job["dns_sd_configs"])
 if len(set().union(*ports.values())) != 1 or len(ports) != 3:
     sys.exit(f"metrics ports: {ports}")

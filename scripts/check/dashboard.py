@@ -412,6 +412,10 @@ class Checker:
             self.record(name, labels)
         # Cross-check: every hookstream_/kafka_ identifier outside strings must be a selector.
         stripped = re.sub(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|`[^`]*`', '""', expr)
+        # Label lists (by, without, on, ignoring, group_left/right) and matchers name labels,
+        # which may start like a metric (`hookstream_service`).
+        stripped = re.sub(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", r"\1()", stripped)
+        stripped = re.sub(r"\{[^}]*\}", "{}", stripped)
         for ident in re.findall(r"(?<![A-Za-z0-9_:])(?:hookstream|kafka)_[a-z0-9_]+", stripped):
             if ident not in found:
                 self.fail(where, f"{ident} appears in the expression but not as a metric selector")

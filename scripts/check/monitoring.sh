@@ -111,7 +111,7 @@ done
 promtool check config --syntax-only "$REPO_ROOT/deploy/prometheus/prometheus.yml" >"$WORK/config.out" 2>&1 ||
   fail "promtool check config deploy/prometheus/prometheus.yml: $(cat "$WORK/config.out")"
 python3 "$REPO_ROOT/scripts/stack/prometheus_config.py" "$REPO_ROOT/deploy/prometheus/prometheus.yml" \
-  "$REPO_ROOT/helm/hookstream/alerts/*.yml" outbox-relay=127.0.0.1:9101 dispatcher=127.0.0.1:9102 \
+  "$REPO_ROOT/helm/hookstream/alerts/*.yml" outbox-relay=127.0.0.1:9101 dispatcher=127.0.0.1:9102 api=127.0.0.1:9103 \
   prometheus=127.0.0.1:9090 >"$WORK/local.yml"
 promtool check config "$WORK/local.yml" >"$WORK/config.out" 2>&1 ||
   fail "the local stack's Prometheus config: $(cat "$WORK/config.out")"

@@ -20,7 +20,7 @@ render() {
   mkdir -p "$CONF_DIR"
   python3 "$REPO_ROOT/scripts/stack/prometheus_config.py" "$REPO_ROOT/deploy/prometheus/prometheus.yml" \
     "$REPO_ROOT/helm/hookstream/alerts/*.yml" \
-    "outbox-relay=127.0.0.1:9101" "dispatcher=127.0.0.1:9102" "prometheus=127.0.0.1:$PORT" >"$CONFIG.tmp"
+    "outbox-relay=127.0.0.1:9101" "dispatcher=127.0.0.1:9102" "api=127.0.0.1:9103" "prometheus=127.0.0.1:$PORT" >"$CONFIG.tmp"
   promtool check config "$CONFIG.tmp" >/dev/null || die "the rendered config $CONFIG.tmp does not pass promtool check config"
   mv "$CONFIG.tmp" "$CONFIG"
 }

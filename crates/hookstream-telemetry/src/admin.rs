@@ -5,7 +5,9 @@
 //! `/metrics` also reads the health at each scrape: `hookstream_ready` and `hookstream_healthy`
 //! (1 or 0, what `/readyz` and `/healthz` would answer), so an alert can tell a service that
 //! runs but does not work from one that is down (`up == 0`); and
-//! `hookstream_build_info{service,version}` says which service answers.
+//! `hookstream_build_info{hookstream_service,version}` says which service answers (not
+//! `service`: Prometheus Operator's ServiceMonitor sets a `service` target label, the
+//! Kubernetes Service's name, and renames a scraped one to `exported_service`).
 
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -74,11 +76,12 @@ pub async fn serve_admin(
         .await
 }
 
-/// `hookstream_build_info{service,version} 1`: which service and version answer a scrape.
+/// `hookstream_build_info{hookstream_service,version} 1`: which service and version answer a
+/// scrape.
 fn register_build_info(registry: &Registry, service: &str) {
     let info = prometheus::IntGaugeVec::new(
         prometheus::Opts::new("hookstream_build_info", "The service and its version (always 1)"),
-        &["service", "version"],
+        &["hookstream_service", "version"],
     )
     .expect("valid metric");
     info.with_label_values(&[service, env!("CARGO_PKG_VERSION")])

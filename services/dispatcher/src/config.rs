@@ -111,7 +111,7 @@ impl Validate for DispatcherSettings {
         let err = |m: String| Err(ConfigError::new(m));
         if self.roles.is_empty() {
             return err(
-                "dispatcher.roles must name at least one of \"events\", \"retry\", \"dlq_sink\"".into(),
+                "dispatcher.roles must name at least one of \"events\", \"retry\", \"dlq_sink\", \"attempt_sink\"".into(),
             );
         }
         let mut seen = std::collections::HashSet::new();

@@ -86,7 +86,8 @@ pub struct DispatcherMetrics {
     pub delivery_busy_ratio: Gauge,
     /// Attempt records whose storing the sink held because delivery was pressed.
     pub attempt_sink_held: IntCounter,
-    /// 1 for each role this replica runs (`events`, `retry`, `dlq_sink`), 0 for the others.
+    /// 1 for each role this replica runs (`events`, `retry`, `dlq_sink`, `attempt_sink`), 0 for
+    /// the others.
     pub roles: IntGaugeVec,
 }
 
@@ -292,7 +293,7 @@ impl DispatcherMetrics {
             roles: IntGaugeVec::new(
                 Opts::new(
                     "hookstream_dispatcher_roles",
-                    "1 for each role this replica runs (events, retry, dlq_sink)",
+                    "1 for each role this replica runs (events, retry, dlq_sink, attempt_sink)",
                 ),
                 &["role"],
             )

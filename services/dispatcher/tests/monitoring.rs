@@ -152,8 +152,10 @@ fn required(expr: &str, into: &mut Metrics) {
             i += 1;
             continue;
         }
-        if c == '[' {
-            while i < chars.len() && chars[i] != ']' {
+        // Ranges, and matchers (read with their metric below): label names, not metrics.
+        if c == '[' || c == '{' {
+            let closing = if c == '[' { ']' } else { '}' };
+            while i < chars.len() && chars[i] != closing {
                 i += 1;
             }
             continue;
@@ -178,6 +180,13 @@ fn required(expr: &str, into: &mut Metrics) {
                     }
                 }
             }
+        } else if ["on", "ignoring", "group_left", "group_right", "without"].contains(&word.as_str())
+            && skip_ws(end) < chars.len()
+            && chars[skip_ws(end)] == '('
+        {
+            // A list of label names.
+            i = close(skip_ws(end));
+            continue;
         } else if word == "by" {
             let j = skip_ws(end);
             if j < chars.len() && chars[j] == '(' {
@@ -275,7 +284,7 @@ fn the_extraction_finds_names_selector_labels_and_grouping() {
     let mut m = Metrics::new();
     required(
         r#"count by (consumergroup, topic) (count by (consumergroup, topic, partition) (kafka_consumergroup_lag{role="events",x!="y"}[5m]))
-           and sum by (service) (hookstream_ready * on (instance) group_left (service) hookstream_build_info)"#,
+           and sum by (hookstream_service) (hookstream_ready * on (instance) group_left (hookstream_service) hookstream_build_info)"#,
         &mut m,
     );
     let labels = |n: &str| m[n].iter().cloned().collect::<Vec<_>>();
