@@ -68,7 +68,7 @@ sealingKeys: /etc/hookstream/sealing-keys/keys
 {{- $v := .Values }}
 {{- $p := include "hookstream.paths" . | fromYaml }}
 {{- $cfg := deepCopy ($v.config | default dict) }}
-{{- range list "database" "kafka" "telemetry" "relay" "delivery" "dispatcher" "retry" "dlq" "api" }}
+{{- range list "database" "kafka" "telemetry" "relay" "delivery" "dispatcher" "retry" "dlq" "attempts" "api" }}
 {{- if not (kindIs "map" (get $cfg .)) }}{{ $_ := set $cfg . dict }}{{ end }}
 {{- end }}
 {{- $db := $cfg.database }}
@@ -114,7 +114,7 @@ sealingKeys: /etc/hookstream/sealing-keys/keys
 # dispatcher configuration, rendered by the Hookstream chart (see docs/configuration.md).
 # HOOKSTREAM_DATABASE__URL comes from a Secret; each Deployment sets its roles with
 # HOOKSTREAM_DISPATCHER__ROLES.
-{{- include "hookstream.toml.file" (dict "config" (include "hookstream.config.full" . | fromYaml) "sections" (list "database" "kafka" "telemetry" "delivery" "dispatcher" "retry" "dlq" "secrets")) }}
+{{- include "hookstream.toml.file" (dict "config" (include "hookstream.config.full" . | fromYaml) "sections" (list "database" "kafka" "telemetry" "delivery" "dispatcher" "retry" "dlq" "attempts" "secrets")) }}
 {{- end }}
 
 {{- define "hookstream.config.api" -}}
