@@ -238,12 +238,24 @@ pub async fn update(
     id: Uuid,
     f: &EndpointFields,
 ) -> Result<ManagedEndpoint, StoreError> {
-    let url = validate_url(&f.url, policy)?;
     let patterns = check(f)?;
-    let (url_key_id, url_sealed) = sealer.seal_url(id, url.as_str());
-    sqlx::query_as::<_, ManagedEndpoint>(&format!(
+    let mut tx = pool.begin().await?;
+    let shown: String = sqlx::query_scalar(
+        "SELECT url FROM hookstream.endpoints WHERE tenant_id = $1 AND id = $2 FOR UPDATE",
+    )
+    .bind(tenant)
+    .bind(id)
+    .fetch_optional(&mut *tx)
+    .await?
+    .ok_or_else(|| StoreError::NotFound(format!("endpoint {id}")))?;
+    let (redacted, url_sealed, url_key_id) = match sealed_unless_shown(sealer, policy, id, &f.url, &shown)? {
+        Some((r, s, k)) => (Some(r), Some(s), Some(k)),
+        None => (None, None, None),
+    };
+    let row = sqlx::query_as::<_, ManagedEndpoint>(&format!(
         "UPDATE hookstream.endpoints SET
-            url = $3, url_sealed = $4, url_key_id = $5, description = $6, event_types = $7,
+            url = coalesce($3, url), url_sealed = coalesce($4, url_sealed),
+            url_key_id = coalesce($5, url_key_id), description = $6, event_types = $7,
             enabled = NOT $8,
             disabled_reason = CASE WHEN NOT $8 THEN NULL WHEN enabled THEN $9 ELSE disabled_reason END,
             failing_since = CASE WHEN NOT $8 AND NOT enabled THEN NULL ELSE failing_since END,
@@ -254,7 +266,7 @@ pub async fn update(
     ))
     .bind(tenant)
     .bind(id)
-    .bind(hookstream_egress::redact(url.as_str()))
+    .bind(redacted)
     .bind(url_sealed)
     .bind(url_key_id)
     .bind(&f.description)
@@ -266,10 +278,30 @@ pub async fn update(
     .bind(f.max_in_flight)
     .bind(&f.uid)
     .bind(&f.metadata)
-    .fetch_optional(pool)
+    .fetch_one(&mut *tx)
     .await
-    .map_err(|e| clash(e, f.uid.as_deref()))?
-    .ok_or_else(|| StoreError::NotFound(format!("endpoint {id}")))
+    .map_err(|e| clash(e, f.uid.as_deref()))?;
+    tx.commit().await?;
+    Ok(row)
+}
+
+/// The URL to store, validated and sealed (redacted text, sealed bytes, key id); `None` when
+/// `given` is the URL as it is shown (`shown`, its query values and credentials masked):
+/// a client that saves back what it read (a Svix SDK's update sends the whole endpoint)
+/// keeps the real URL instead of overwriting it with the masked one.
+fn sealed_unless_shown(
+    sealer: &Sealer,
+    policy: &AddressPolicy,
+    id: Uuid,
+    given: &str,
+    shown: &str,
+) -> Result<Option<(String, Vec<u8>, String)>, StoreError> {
+    if given == shown {
+        return Ok(None);
+    }
+    let url = validate_url(given, policy)?;
+    let (key_id, sealed) = sealer.seal_url(id, url.as_str());
+    Ok(Some((hookstream_egress::redact(url.as_str()), sealed, key_id)))
 }
 
 /// Changes what a partial update names and keeps the rest; the URL, when it changes, is
@@ -320,11 +352,7 @@ pub async fn patch(
     };
     let patterns = check(&merged)?;
     let sealed_url = match &p.url {
-        Some(raw) => {
-            let url = validate_url(raw, policy)?;
-            let (key_id, sealed) = sealer.seal_url(id, url.as_str());
-            Some((hookstream_egress::redact(url.as_str()), sealed, key_id))
-        }
+        Some(raw) => sealed_unless_shown(sealer, policy, id, raw, &current.url)?,
         None => None,
     };
     let (redacted, sealed, key_id) = match sealed_url {

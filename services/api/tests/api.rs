@@ -814,6 +814,149 @@ async fn tenant_keys_see_only_their_tenant_and_read_only_keys_only_read() {
     let _ = Receiver::start(Behaviour::Ok).await;
 }
 
+/// What a tenant's own credentials may not do, and a masked URL saved back.
+/// - A tenant key changing its application's uid could take a uid an operator's route
+///   creates on first use, and so another customer's traffic; changing its name, learn from
+///   the conflict whether another tenant has it. Both are for operators only.
+/// - Read-only access shows everything but the signing secret (it forges webhooks).
+/// - A portal token cannot mint portal access (a token outliving its own expiry and logout).
+/// - An endpoint read back (URL masked) and saved as it is keeps its real URL: a Svix SDK's
+///   update sends the whole endpoint.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tenant_credentials_keep_to_their_own_and_a_masked_url_saved_back_is_kept() {
+    let env = TestEnv::new(1).await.unwrap();
+    let api = Api::start(common::api_config(&env)).await;
+    let a = env.tenant("a").await.unwrap();
+    let b = env.tenant("b").await.unwrap();
+    let key_a = common::tenant_key(&env, a, false).await;
+    let ro_a = common::tenant_key(&env, a, true).await;
+    let app_a = format!("/api/v1/app/{a}");
+
+    for (method, body) in [
+        (Method::PATCH, json!({"uid": "customer-43"})),
+        (Method::PATCH, json!({"name": "b"})),
+        (Method::PUT, json!({"name": "a", "uid": "customer-43"})),
+    ] {
+        let (s, got) = api
+            .call(Some(&key_a), method.clone(), &app_a, Some(body.clone()))
+            .await;
+        assert_eq!(s, StatusCode::FORBIDDEN, "{method} {body}: {got}");
+    }
+    let (s, got) = api
+        .call(
+            Some(&key_a),
+            Method::PUT,
+            &app_a,
+            Some(json!({"name": "a", "metadata": {"team": "x"}})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "the rest may change: {got}");
+    let (s, created) = api
+        .op(
+            Method::POST,
+            "/api/v1/app?get_if_exists=true",
+            Some(json!({"name": "Customer 43", "uid": "customer-43"})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "the uid is still free: {created}");
+    assert_ne!(created["id"], a.to_string());
+    let (s, got) = api
+        .op(Method::PATCH, &app_a, Some(json!({"uid": "a-1", "name": "A"})))
+        .await;
+    assert_eq!(
+        (s, &got["uid"]),
+        (StatusCode::OK, &json!("a-1")),
+        "an operator may"
+    );
+    let _ = b;
+
+    let real = "https://example.com/hook?token=s3cr3t";
+    let (s, ep) = api
+        .call(
+            Some(&key_a),
+            Method::POST,
+            &format!("{app_a}/endpoint"),
+            Some(json!({"url": real, "description": "d"})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{ep}");
+    let ep_path = format!("{app_a}/endpoint/{}", ep["id"].as_str().unwrap());
+    let sealed = || async {
+        hookstream_store::sqlx::query_scalar::<_, Vec<u8>>(
+            "SELECT url_sealed FROM hookstream.endpoints WHERE id = $1",
+        )
+        .bind(uuid::Uuid::parse_str(ep["id"].as_str().unwrap()).unwrap())
+        .fetch_one(&env.pool)
+        .await
+        .unwrap()
+    };
+    let before = sealed().await;
+    let (_, shown) = api.call(Some(&key_a), Method::GET, &ep_path, None).await;
+    let masked = shown["url"].as_str().unwrap().to_string();
+    assert!(!masked.contains("s3cr3t"), "{masked}");
+    let mut back = shown.clone();
+    back.as_object_mut().unwrap().retain(|k, _| {
+        ["url", "description", "filterTypes", "disabled", "uid", "metadata"].contains(&k.as_str())
+    });
+    let (s, got) = api.call(Some(&key_a), Method::PUT, &ep_path, Some(back)).await;
+    assert_eq!(s, StatusCode::OK, "{got}");
+    assert_eq!(sealed().await, before, "PUT of the masked URL kept the real one");
+    let (s, got) = api
+        .call(
+            Some(&key_a),
+            Method::PATCH,
+            &ep_path,
+            Some(json!({"url": masked})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{got}");
+    assert_eq!(
+        sealed().await,
+        before,
+        "PATCH of the masked URL kept the real one"
+    );
+    let (s, _) = api
+        .call(
+            Some(&key_a),
+            Method::PATCH,
+            &ep_path,
+            Some(json!({"url": "https://example.com/hook?token=other"})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK);
+    assert_ne!(sealed().await, before, "a new URL is stored");
+
+    let secret = format!("{ep_path}/secret");
+    assert_eq!(
+        api.call(Some(&key_a), Method::GET, &secret, None).await.0,
+        StatusCode::OK
+    );
+    assert_eq!(
+        api.call(Some(&ro_a), Method::GET, &secret, None).await.0,
+        StatusCode::FORBIDDEN,
+        "read-only access does not show the secret"
+    );
+
+    let (s, portal) = api
+        .op(
+            Method::POST,
+            &format!("/api/v1/auth/app-portal-access/{a}"),
+            Some(json!({"expiry": 60})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{portal}");
+    let pt = portal["token"].as_str().unwrap();
+    let (s, got) = api
+        .call(
+            Some(pt),
+            Method::POST,
+            &format!("/api/v1/auth/app-portal-access/{a}"),
+            Some(json!({"expiry": 31536000})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::FORBIDDEN, "{got}");
+}
+
 /// Waits for `n` distinct deliveries at `receiver`.
 async fn delivered(receiver: &Receiver, n: usize) -> bool {
     eventually(Duration::from_secs(30), || async {

@@ -50,6 +50,18 @@ pub(crate) fn fields(input: ApplicationIn) -> ApiResult<AppFields> {
     })
 }
 
+/// Only an operator may change an application's uid or name. Both are unique across tenants:
+/// a tenant's key could otherwise take a uid that an operator's route creates on first use
+/// (`POST /app/{uid}/msg` with `application`, `get_if_exists`, a portal link) and so receive
+/// another customer's traffic, and the conflict it meets would tell whether another tenant has
+/// that uid or name.
+fn check_identity_kept(who: &Principal, current: &applications::Application, f: &AppFields) -> ApiResult<()> {
+    if f.uid != current.uid || f.name != current.name {
+        who.require_operator("change an application's uid or name")?;
+    }
+    Ok(())
+}
+
 fn stored(e: StoreError) -> ApiError {
     ApiError::store(e, "name")
 }
@@ -116,7 +128,7 @@ pub async fn get(
 
 /// Update an application
 ///
-/// Replaces its name and metadata (and its uid, when the body names one). Creates it (201) when the path names a uid that does not exist (operators only).
+/// Replaces its name and metadata (and its uid, when the body names one). Creates it (201) when the path names a uid that does not exist (operators only). A tenant key may change the metadata only: a new name or uid is refused (403).
 #[utoipa::path(put, path = "/api/v1/app/{app_id}", operation_id = "v1.application.update", tag = "Application",
     params(("app_id" = String, Path, description = "The application's id or uid")),
     request_body = ApplicationIn,
@@ -133,8 +145,9 @@ pub async fn update(
         Some(current) => {
             // An update that names no uid keeps the application's.
             if f.uid.is_none() {
-                f.uid = current.uid;
+                f.uid = current.uid.clone();
             }
+            check_identity_kept(&who, &current, &f)?;
             let app = applications::update(&state.pool, current.id, &f)
                 .await
                 .map_err(stored)?;
@@ -168,11 +181,12 @@ pub async fn patch(
         .await?
         .ok_or_else(|| ApiError::not_found("application"))?;
     let f = fields(ApplicationIn {
-        name: p.name.unwrap_or(current.name),
-        uid: p.uid.unwrap_or(current.uid),
+        name: p.name.unwrap_or_else(|| current.name.clone()),
+        uid: p.uid.unwrap_or_else(|| current.uid.clone()),
         metadata: Some(p.metadata.unwrap_or_else(|| metadata_of(&current.metadata))),
         throttle_rate: p.throttle_rate,
     })?;
+    check_identity_kept(&who, &current, &f)?;
     let app = applications::update(&state.pool, current.id, &f)
         .await
         .map_err(stored)?;

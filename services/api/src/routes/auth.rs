@@ -33,6 +33,18 @@ pub async fn app_portal_access(
     Path(app_id): Path<String>,
     Json(input): Json<AppPortalAccessIn>,
 ) -> ApiResult<axum::Json<AppPortalAccessOut>> {
+    // A portal token minting another would outlive its own expiry and logout.
+    if matches!(
+        who,
+        Principal::Tenant {
+            kind: KeyKind::Portal,
+            ..
+        }
+    ) {
+        return Err(ApiError::Forbidden(
+            "an app-portal token cannot get portal access: use the application's key".into(),
+        ));
+    }
     let app_ref = AppRef::parse(&app_id);
     let tenant = match applications::resolve(&state.pool, &app_ref, who.scope()).await? {
         Some(t) => t,

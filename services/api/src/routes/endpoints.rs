@@ -285,6 +285,13 @@ pub async fn get_secret(
     who: Principal,
     Path((app_id, endpoint_id)): Path<(String, String)>,
 ) -> ApiResult<axum::Json<EndpointSecretOut>> {
+    // The secret signs webhooks: whoever holds it can forge them. Read-only access (a
+    // read-only key, a read-only portal link) shows everything but it.
+    if matches!(who, Principal::Tenant { read_only: true, .. }) {
+        return Err(ApiError::Forbidden(
+            "a read-only key cannot read signing secrets".into(),
+        ));
+    }
     let tenant = tenant_of(&state, &who, &app_id).await?;
     let ep = endpoint_of(&state, tenant, &endpoint_id).await?;
     let secret = endpoint_admin::current_secret(&state.pool, &state.sealer, ep.id).await?;
