@@ -120,6 +120,14 @@ impl From<StoreError> for ApiError {
             StoreError::Database(sqlx_error) if is_unavailable(&sqlx_error) => {
                 ApiError::Unavailable(format!("the database is unavailable: {sqlx_error}"))
             }
+            // SQLSTATE class 22, a data exception: a value from the request PostgreSQL cannot
+            // take (NUL in text, a time out of its range, a number too large). The caller's
+            // input, not a fault of ours; its message names no internals.
+            StoreError::Database(hookstream_store::sqlx::Error::Database(db))
+                if db.code().is_some_and(|c| c.starts_with("22")) =>
+            {
+                ApiError::BadRequest(format!("a value in the request cannot be used: {}", db.message()))
+            }
             other => ApiError::Internal(other.to_string()),
         }
     }

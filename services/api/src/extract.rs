@@ -93,6 +93,7 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for Query<T> {
 
     async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
         let q = parts.uri.query().unwrap_or_default();
+        check_query(q)?;
         let de = serde_urlencoded::Deserializer::new(form_urlencoded::parse(q.as_bytes()));
         serde_path_to_error::deserialize(de).map(Query).map_err(|e| {
             let mut loc = vec!["query".to_string()];
@@ -110,6 +111,26 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for Query<T> {
     }
 }
 
+/// What PostgreSQL cannot take, refused naming the parameter instead of failing the query:
+/// NUL (U+0000) in text, and times outside the years 1 to 9999 (chrono parses years far
+/// beyond both ends).
+fn check_query(q: &str) -> Result<(), ApiError> {
+    for (key, value) in form_urlencoded::parse(q.as_bytes()) {
+        if key.contains('\0') || value.contains('\0') {
+            return Err(ApiError::field(&["query", &key], "must not contain NUL (U+0000)"));
+        }
+        if let Ok(at) = value.parse::<chrono::DateTime<chrono::FixedOffset>>() {
+            if !(1..=9999).contains(&chrono::Datelike::year(&at.naive_utc())) {
+                return Err(ApiError::field(
+                    &["query", &key],
+                    "must be a time between the years 1 and 9999",
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Path segments.
 pub struct Path<T>(pub T);
 
@@ -117,6 +138,10 @@ impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for Path<T>
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        // No id, uid or name can hold NUL (PostgreSQL text cannot).
+        if parts.uri.path().contains("%00") {
+            return Err(ApiError::field(&["path"], "must not contain NUL (%00)"));
+        }
         axum::extract::Path::<T>::from_request_parts(parts, state)
             .await
             .map(|p| Path(p.0))
@@ -170,5 +195,19 @@ mod tests {
             Err(ApiError::BadRequest(_))
         ));
         assert!(matches!(parse_json::<In>(b""), Err(ApiError::BadRequest(_))));
+    }
+
+    #[test]
+    fn query_values_postgresql_cannot_take_are_refused_by_name() {
+        assert!(check_query("limit=5&before=2025-01-01T00:00:00Z&iterator=abc").is_ok());
+        assert!(check_query("since=0001-01-01T00:00:00Z&until=9999-12-31T23:59:59Z").is_ok());
+        for (q, name) in [
+            ("iterator=a%00b", "iterator"),
+            ("before=-5000-01-01T00:00:00Z", "before"),
+            ("after=%2B262142-12-31T23:59:59.999Z", "after"),
+            ("since=0000-12-31T00:00:00Z", "since"),
+        ] {
+            assert_eq!(loc(check_query(q).unwrap_err()), ["query", name], "{q}");
+        }
     }
 }

@@ -957,6 +957,52 @@ async fn tenant_credentials_keep_to_their_own_and_a_masked_url_saved_back_is_kep
     assert_eq!(s, StatusCode::FORBIDDEN, "{got}");
 }
 
+/// Input PostgreSQL cannot take (NUL in text, times before year 1) answered 500 once the query
+/// failed. Path and query values are refused naming where; what reaches the database anyway
+/// (a time inside an attempt id) is the caller's 400, not our 500.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn values_postgresql_cannot_take_are_the_callers_4xx() {
+    use base64::Engine as _;
+    let env = TestEnv::new(1).await.unwrap();
+    let api = Api::start(common::api_config(&env)).await;
+    let a = env.tenant("a").await.unwrap();
+    for (path, at) in [
+        ("/api/v1/app/%00".to_string(), vec!["path"]),
+        ("/api/v1/event-type/a%00".to_string(), vec!["path"]),
+        (
+            "/api/v1/event-type?iterator=a%00".to_string(),
+            vec!["query", "iterator"],
+        ),
+        (
+            format!("/api/v1/app/{a}/msg?before=-5000-01-01T00:00:00Z"),
+            vec!["query", "before"],
+        ),
+    ] {
+        let (s, b) = api.op(Method::GET, &path, None).await;
+        assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{path}: {b}");
+        assert_eq!(loc(&b), at, "{path}");
+    }
+    // An attempt id is bytes the caller chose, its start time among them: year -7500.
+    let event = uuid::Uuid::now_v7();
+    let mut key = (-300_000_000_000_000_000i64).to_be_bytes().to_vec();
+    key.extend(event.as_bytes());
+    key.extend(uuid::Uuid::now_v7().as_bytes());
+    key.extend(1i32.to_be_bytes());
+    let id = format!(
+        "atmpt_{}",
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(&key)
+    );
+    let (s, b) = api
+        .op(
+            Method::GET,
+            &format!("/api/v1/app/{a}/msg/{event}/attempt/{id}"),
+            None,
+        )
+        .await;
+    assert_eq!(s, StatusCode::BAD_REQUEST, "{b}");
+    assert_eq!(b["code"], "bad_request", "{b}");
+}
+
 /// Waits for `n` distinct deliveries at `receiver`.
 async fn delivered(receiver: &Receiver, n: usize) -> bool {
     eventually(Duration::from_secs(30), || async {
