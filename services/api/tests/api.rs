@@ -982,6 +982,22 @@ async fn values_postgresql_cannot_take_are_the_callers_4xx() {
         assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{path}: {b}");
         assert_eq!(loc(&b), at, "{path}");
     }
+    for (path, body, at) in [
+        (
+            format!("/api/v1/app/{a}/endpoint"),
+            json!({"url": "https://example.com/x", "description": "a\u{0}b"}),
+            vec!["body", "description"],
+        ),
+        (
+            format!("/api/v1/app/{a}/msg"),
+            json!({"eventType": "order.created", "payload": {"note": ["ok", "a\u{0}"]}}),
+            vec!["body", "payload", "note", "1"],
+        ),
+    ] {
+        let (s, b) = api.op(Method::POST, &path, Some(body)).await;
+        assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{path}: {b}");
+        assert_eq!(loc(&b), at, "{path}");
+    }
     // An attempt id is bytes the caller chose, its start time among them: year -7500.
     let event = uuid::Uuid::now_v7();
     let mut key = (-300_000_000_000_000_000i64).to_be_bytes().to_vec();

@@ -90,10 +90,12 @@ impl FromRequestParts<AppState> for Session {
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
         let id = cookie_value(&parts.headers).ok_or(PortalError::NoSession)?;
-        state.portal.admit(&portal::hash(&id))?;
         let grant = portal::find_session(&state.pool, &id)
             .await?
             .ok_or(PortalError::NoSession)?;
+        // Rated per live session only: keyed by any cookie value sent, every made-up one
+        // would add a limiter entry that nothing removes until the next login.
+        state.portal.admit(&portal::hash(&id))?;
         let tenant_name =
             applications::find(&state.pool, &AppRef::Id(grant.tenant_id), Some(grant.tenant_id))
                 .await?

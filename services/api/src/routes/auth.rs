@@ -74,7 +74,7 @@ pub async fn app_portal_access(
         &NewKey {
             tenant_id: tenant,
             kind: KeyKind::Portal,
-            name: input.session_id.unwrap_or_default().chars().take(200).collect(),
+            name: within_bytes(input.session_id.unwrap_or_default(), 200),
             read_only,
             expires_at: Some(Utc::now() + chrono::Duration::seconds(expiry as i64)),
         },
@@ -110,5 +110,26 @@ pub async fn logout(State(state): State<AppState>, who: Principal) -> ApiResult<
             Ok(StatusCode::NO_CONTENT)
         }
         _ => Err(ApiError::Forbidden("only an app-portal token can log out".into())),
+    }
+}
+
+/// `text` cut to at most `max` bytes, at a character boundary (a key's name is limited in
+/// bytes; `sessionId` is free text the portal does not use).
+fn within_bytes(mut text: String, max: usize) -> String {
+    if text.len() > max {
+        let cut = (0..=max).rev().find(|&i| text.is_char_boundary(i)).unwrap_or(0);
+        text.truncate(cut);
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_session_id_is_cut_within_the_name_limit_at_a_character() {
+        let cut = super::within_bytes("é".repeat(150), 200);
+        assert_eq!((cut.len(), cut.chars().count()), (200, 100));
+        assert_eq!(super::within_bytes("ab".into(), 200), "ab");
+        assert_eq!(super::within_bytes("aé".into(), 2), "a");
     }
 }
