@@ -17,7 +17,7 @@ status: ## Show what is running
 	@bash scripts/stack/status.sh
 
 logs: ## Follow the services' logs
-	@tail -n 50 -F .hookstream/logs/outbox-relay.log .hookstream/logs/dispatcher.log .hookstream/logs/demo-receiver.log
+	@tail -n 50 -F .hookstream/logs/outbox-relay.log .hookstream/logs/dispatcher.log .hookstream/logs/hookstream-api.log .hookstream/logs/demo-receiver.log
 
 infra: ## Start only PostgreSQL and Kafka
 	@bash scripts/stack/infra.sh start
@@ -28,7 +28,7 @@ test: ## Run every test against real PostgreSQL and Kafka (started if needed)
 fuzz: ## Every fuzz target for FUZZ_SECONDS (300) each on nightly; non-zero on a crash
 	@bash scripts/fuzz.sh
 
-bench: ## Every published load scenario, 3 runs each, chaos once (~80 min; needs the machine to itself)
+bench: ## Every published load scenario, 3 runs each, chaos and autoscale once (~100 min; needs the machine to itself)
 	@bash loadtest/publish.sh
 
 lint: ## rustfmt and clippy, as CI runs them

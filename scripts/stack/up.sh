@@ -20,6 +20,10 @@ bash "$REPO_ROOT/scripts/setup/build-deps.sh"
 
 log "1/7 starting PostgreSQL and Kafka"
 bash "$REPO_ROOT/scripts/stack/infra.sh" start
+# The stack's ports (HOOKSTREAM_PG_PORT, HOOKSTREAM_KAFKA_PORT) for every service and command
+# below: the environment overrides config/local/*.toml, which name the default ports.
+export HOOKSTREAM_DATABASE__URL="postgres://postgres@127.0.0.1:${HOOKSTREAM_PG_PORT:-5432}/hookstream"
+export HOOKSTREAM_KAFKA__BROKERS="127.0.0.1:${HOOKSTREAM_KAFKA_PORT:-9092}"
 
 log "2/7 building the services (cargo build --bins: a first build compiles librdkafka and hundreds of crates, 15-20 minutes on 2 cores; later ones take seconds)"
 (cd "$REPO_ROOT" && cargo build --bins)
