@@ -92,21 +92,45 @@ pub async fn consume_link(pool: &PgPool, token: &str) -> Result<Result<Grant, Li
     .bind(h.as_slice())
     .fetch_optional(pool)
     .await?;
-    if let Some(g) = grant {
-        return Ok(Ok(g));
+    match grant {
+        Some(g) => Ok(Ok(g)),
+        // Refused: say why (the UPDATE above is what decides; this only explains).
+        None => Ok(Err(refusal(pool, &h).await?)),
     }
-    // Refused: say why (the UPDATE above is what decides; this only explains).
+}
+
+/// What a link would grant if it were consumed now, without consuming it: the page a link
+/// opens asks the person to continue, so that a link opened by a mail scanner, or put in
+/// front of someone by another tenant, starts no session by itself.
+pub async fn peek_link(pool: &PgPool, token: &str) -> Result<Result<Grant, LinkRefused>, StoreError> {
+    let h = hash(token);
+    let grant: Option<Grant> = sqlx::query_as(&format!(
+        "SELECT l.key_id, l.tenant_id, l.read_only, l.expires_at
+           FROM hookstream.portal_links l JOIN hookstream.api_keys k ON k.id = l.key_id
+          WHERE l.hash = $1 AND l.used_at IS NULL AND l.expires_at > now() AND {KEY_LIVE}"
+    ))
+    .bind(h.as_slice())
+    .fetch_optional(pool)
+    .await?;
+    match grant {
+        Some(g) => Ok(Ok(g)),
+        None => Ok(Err(refusal(pool, &h).await?)),
+    }
+}
+
+/// Why the link with this hash grants nothing.
+async fn refusal(pool: &PgPool, h: &[u8]) -> Result<LinkRefused, StoreError> {
     let why: Option<(Option<DateTime<Utc>>, bool)> =
         sqlx::query_as("SELECT used_at, expires_at <= now() FROM hookstream.portal_links WHERE hash = $1")
-            .bind(h.as_slice())
+            .bind(h)
             .fetch_optional(pool)
             .await?;
-    Ok(Err(match why {
+    Ok(match why {
         None => LinkRefused::Unknown,
         Some((Some(_), _)) => LinkRefused::Used,
         Some((None, true)) => LinkRefused::Expired,
         Some((None, false)) => LinkRefused::Revoked,
-    }))
+    })
 }
 
 /// Starts a session of what `grant` (a consumed link) grants, until `expires_at` or its key's

@@ -341,13 +341,18 @@ async fn the_portal_works_in_chromium() {
     assert_eq!(s, StatusCode::ACCEPTED, "{other_msg}");
     let other_msg = other_msg["id"].as_str().unwrap().to_string();
 
-    // 1. Open a portal link: the session starts and the token leaves the address bar.
+    // 1. Open a portal link: a page names the application and starts nothing; its button
+    // starts the session, and the token leaves the address bar.
     let login_url = common::portal_link(&api, "acme", false).await;
     assert!(
         login_url.starts_with(&format!("{base}/portal/login?token=")),
         "{login_url}"
     );
     browser.goto(&login_url).await;
+    assert_eq!(browser.h1().await, "Sign in to Acme Shop");
+    browser.shot("00-sign-in").await;
+    browser.click("#continue").await;
+    browser.wait_h1("Endpoints").await;
     let now_at = browser.client.current_url().await.unwrap();
     assert_eq!(now_at.path(), "/portal");
     assert!(
@@ -704,8 +709,33 @@ async fn portal_sessions_are_guarded() {
         )
         .await;
     let url = link["url"].as_str().unwrap();
+    // Opening the link consumes nothing (a mail scanner may open it first), and its form
+    // posted from another site (another tenant's page signing someone into their tenant)
+    // is refused: the link still works after both.
     let path = &url[url.find("/portal/login").unwrap()..];
-    let r = http.get(format!("{}{path}", api.base)).send().await.unwrap();
+    for _ in 0..2 {
+        let r = http.get(format!("{}{path}", api.base)).send().await.unwrap();
+        assert_eq!(r.status(), StatusCode::OK);
+        assert_eq!(r.headers()["referrer-policy"], "no-referrer");
+        assert!(r.text().await.unwrap().contains("Sign in to Acme"));
+    }
+    let token = url.split("token=").nth(1).unwrap();
+    for (name, value) in [
+        ("sec-fetch-site", "cross-site"),
+        ("origin", "https://evil.example"),
+    ] {
+        let r = http
+            .post(format!("{}/portal/login", api.base))
+            .header("content-type", "application/x-www-form-urlencoded")
+            .header(name, value)
+            .body(format!("token={token}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::FORBIDDEN, "{name}: {value}");
+        assert!(r.headers().get("set-cookie").is_none());
+    }
+    let r = common::follow_portal_link(&http, &api, url).await;
     assert_eq!(r.status(), StatusCode::SEE_OTHER);
     assert_eq!(r.headers()["location"], "/portal");
     assert_eq!(r.headers()["referrer-policy"], "no-referrer");
@@ -815,6 +845,46 @@ async fn portal_sessions_are_guarded() {
         .await
         .unwrap();
     assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+    // Signing in again from a browser that has a session ends that session.
+    let (_, again) = api
+        .op(
+            Method::POST,
+            "/api/v1/auth/app-portal-access/acme",
+            Some(json!({})),
+        )
+        .await;
+    let again_url = again["url"].as_str().unwrap();
+    let again_path = &again_url[again_url.find("/portal/login").unwrap()..];
+    let page = http
+        .get(format!("{}{again_path}", api.base))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(page.contains("Continue to the portal"));
+    let token = again_url.split("token=").nth(1).unwrap();
+    let r = http
+        .post(format!("{}/portal/login", api.base))
+        .header("cookie", &cookie)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(format!("token={token}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    let old = http
+        .get(format!("{}/portal", api.base))
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        old.status(),
+        StatusCode::UNAUTHORIZED,
+        "the previous session ended"
+    );
 }
 
 /// The per-session request rate (429 with `Retry-After`), and a `Secure` cookie when the
@@ -839,8 +909,7 @@ async fn portal_sessions_are_rate_limited_and_secure_over_https() {
         "{url}"
     );
     let http = common::no_redirects();
-    let path = &url[url.find("/portal/login").unwrap()..];
-    let r = http.get(format!("{}{path}", api.base)).send().await.unwrap();
+    let r = common::follow_portal_link(&http, &api, &url).await;
     let set = r.headers()["set-cookie"].to_str().unwrap().to_string();
     assert!(set.contains("; Secure"), "{set}");
     let cookie = set.split(';').next().unwrap().to_string();

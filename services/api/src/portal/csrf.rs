@@ -55,13 +55,8 @@ fn origin_ok(state: &AppState, headers: &HeaderMap) -> bool {
     !host.is_empty() && (origin == format!("http://{host}") || origin == format!("https://{host}"))
 }
 
-/// Checks the origin headers and the form's token against the session's.
-pub fn verify(
-    state: &AppState,
-    session: &Session,
-    headers: &HeaderMap,
-    body: &[u8],
-) -> Result<(), PortalError> {
+/// Refuses a request a browser says comes from another site (`Sec-Fetch-Site`, `Origin`).
+pub fn same_origin(state: &AppState, headers: &HeaderMap) -> Result<(), PortalError> {
     if let Some(site) = headers.get("sec-fetch-site").and_then(|v| v.to_str().ok()) {
         if !matches!(site, "same-origin" | "none") {
             return Err(PortalError::Csrf("cross-site request"));
@@ -70,6 +65,17 @@ pub fn verify(
     if !origin_ok(state, headers) {
         return Err(PortalError::Csrf("foreign origin"));
     }
+    Ok(())
+}
+
+/// Checks the origin headers and the form's token against the session's.
+pub fn verify(
+    state: &AppState,
+    session: &Session,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<(), PortalError> {
+    same_origin(state, headers)?;
     let t: Token = serde_urlencoded::from_bytes(body).map_err(|_| PortalError::Csrf("unreadable form"))?;
     if t.csrf.len() != session.csrf.len() || !bool::from(t.csrf.as_bytes().ct_eq(session.csrf.as_bytes())) {
         return Err(PortalError::Csrf("missing or wrong token"));

@@ -101,6 +101,34 @@ pub fn message_page(status: StatusCode, title: &str, detail: &str) -> Response {
     )
 }
 
+/// What a login link opens: the application it signs in to, and a button that posts the
+/// link's token. Only that post starts a session.
+pub fn login_page(tenant_name: &str, read_only: bool, token: &str) -> Response {
+    html_response(
+        StatusCode::OK,
+        html! {
+            (DOCTYPE)
+            html lang="en" {
+                (head("Sign in"))
+                body {
+                    main #main.message {
+                        h1 { "Sign in to " (tenant_name) }
+                        p.detail {
+                            "This link opens the Hookstream portal of " strong { (tenant_name) }
+                            @if read_only { ", read-only" } "."
+                            " If you did not ask for it, close this page: nothing has happened yet."
+                        }
+                        form method="post" action="/portal/login" {
+                            input type="hidden" name="token" value=(token);
+                            button type="submit" #continue.primary { "Continue to the portal" }
+                        }
+                    }
+                }
+            }
+        },
+    )
+}
+
 pub fn error_page(status: StatusCode, title: &str, detail: &str) -> Response {
     message_page(status, title, detail)
 }

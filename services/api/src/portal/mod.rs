@@ -3,7 +3,8 @@
 //! validation as the API's routes (`crate::routes`).
 //!
 //! Access starts with a login link from `POST /api/v1/auth/app-portal-access/{app_id}`
-//! (short-lived, single-use: `session.rs`), which becomes a session cookie scoped to one tenant.
+//! (short-lived, single-use, consumed only by the button of the page it opens: `session.rs`),
+//! which becomes a session cookie scoped to one tenant.
 //! Every handler takes the session's tenant as the scope of every query: another tenant's id
 //! is "not found". Every form carries the session's CSRF token (`csrf.rs`); pages are
 //! server-rendered HTML (maud, escaped by default: `layout.rs`, `pages/`), with a strict
@@ -41,6 +42,7 @@ pub const CSP: &str = "default-src 'none'; style-src 'self'; script-src 'self'; 
 pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/portal"),
     ("GET", "/portal/login"),
+    ("POST", "/portal/login"),
     ("POST", "/portal/logout"),
     ("GET", "/portal/endpoints/new"),
     ("POST", "/portal/endpoints"),
@@ -66,7 +68,10 @@ pub fn router(state: AppState) -> Router<AppState> {
     use pages::{deliveries, endpoints, event_types};
     Router::new()
         .route("/portal", get(endpoints::list))
-        .route("/portal/login", get(session::login))
+        .route(
+            "/portal/login",
+            get(session::login).post(session::login_confirmed),
+        )
         .route("/portal/logout", post(session::logout))
         .route("/portal/endpoints/new", get(endpoints::new_form))
         .route("/portal/endpoints", post(endpoints::create))

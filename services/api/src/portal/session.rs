@@ -1,5 +1,7 @@
-//! Portal sessions. A login link (`GET /portal/login?token=…`, from `app-portal-access`) is
-//! consumed once, in one conditional UPDATE, and becomes a session: a random id in a cookie
+//! Portal sessions. A login link (`GET /portal/login?token=…`, from `app-portal-access`) opens
+//! a page naming the application, whose button posts the token; only that post (from this
+//! portal's own page) consumes the link, once, in one conditional UPDATE, and it becomes a
+//! session: a random id in a cookie
 //! (`HttpOnly`, `SameSite=Strict`, `Path=/portal`, `Secure` over TLS or when `portal_url` is
 //! https), whose SHA-256 is stored with the tenant, the read-only flag and the expiry
 //! (`api.portal_session_ttl_s`). The login answers 303 to `/portal`, so the token leaves the
@@ -121,16 +123,47 @@ fn secure(state: &AppState, headers: &HeaderMap) -> bool {
             .is_some_and(|v| v.eq_ignore_ascii_case("https"))
 }
 
-/// `GET /portal/login?token=…`: consumes the link, starts a session, 303 to `/portal`.
-pub async fn login(State(state): State<AppState>, headers: HeaderMap, RawQuery(q): RawQuery) -> PortalResult {
-    let token = form_urlencoded::parse(q.unwrap_or_default().as_bytes())
+/// The token of a login link, from a query string or a form.
+fn link_token(encoded: &[u8]) -> Result<String, PortalError> {
+    form_urlencoded::parse(encoded)
         .find(|(k, _)| k == "token")
         .map(|(_, v)| v.into_owned())
         .filter(|t| !t.is_empty() && t.len() <= 128)
-        .ok_or(PortalError::Link(portal::LinkRefused::Unknown))?;
+        .ok_or(PortalError::Link(portal::LinkRefused::Unknown))
+}
+
+/// `GET /portal/login?token=…`: names the application the link signs in to and asks to
+/// continue; consumes nothing. A mail scanner that opens links, or another tenant who puts
+/// their own link in front of someone (who would then work in their tenant unawares), starts
+/// no session.
+pub async fn login(State(state): State<AppState>, RawQuery(q): RawQuery) -> PortalResult {
+    let token = link_token(q.unwrap_or_default().as_bytes())?;
+    let grant = portal::peek_link(&state.pool, &token)
+        .await?
+        .map_err(PortalError::Link)?;
+    let name = applications::find(&state.pool, &AppRef::Id(grant.tenant_id), Some(grant.tenant_id))
+        .await?
+        .map(|a| a.name)
+        .ok_or(PortalError::Link(portal::LinkRefused::Revoked))?;
+    Ok(super::layout::login_page(&name, grant.read_only, &token))
+}
+
+/// `POST /portal/login` (the form of `login`): from this portal's own page only, consumes the
+/// link, ends the session the browser had, starts one, 303 to `/portal` (the token leaves
+/// the address bar; `Referrer-Policy: no-referrer` keeps it out of any Referer).
+pub async fn login_confirmed(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> PortalResult {
+    csrf::same_origin(&state, &headers)?;
+    let token = link_token(&body)?;
     let grant = portal::consume_link(&state.pool, &token)
         .await?
         .map_err(PortalError::Link)?;
+    if let Some(previous) = cookie_value(&headers) {
+        portal::end_session(&state.pool, &previous).await?;
+    }
     let ttl = chrono::Duration::seconds(state.cfg.portal_session_ttl_s as i64);
     let expires_at = Utc::now() + ttl;
     let id = portal::create_session(&state.pool, &grant, expires_at).await?;

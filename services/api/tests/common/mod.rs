@@ -216,15 +216,11 @@ pub async fn portal_session(api: &Api, app: &str, read_only: bool) -> (String, S
     (cookie, csrf_of(&page))
 }
 
-/// Opens a portal login link (`app-portal-access`'s `url`) as a browser does: expects the
-/// 303 and returns its session cookie (`hs_portal=…`).
+/// Opens a portal login link (`app-portal-access`'s `url`) as a browser does: the page it
+/// opens (which consumes nothing), then its "Continue" form. Expects the 303 and returns the
+/// session cookie (`hs_portal=…`).
 pub async fn open_portal_link(api: &Api, url: &str) -> String {
-    let path = &url[url.find("/portal/login").expect("a portal login link")..];
-    let r = no_redirects()
-        .get(format!("{}{path}", api.base))
-        .send()
-        .await
-        .unwrap();
+    let r = follow_portal_link(&no_redirects(), api, url).await;
     assert_eq!(r.status(), StatusCode::SEE_OTHER);
     r.headers()
         .get("set-cookie")
@@ -235,6 +231,29 @@ pub async fn open_portal_link(api: &Api, url: &str) -> String {
         .next()
         .unwrap()
         .to_string()
+}
+
+/// The link's page (200, naming the application, with a form that posts the token), then
+/// that form's post as the browser sends it: the post's response.
+pub async fn follow_portal_link(http: &reqwest::Client, api: &Api, url: &str) -> reqwest::Response {
+    let path = &url[url.find("/portal/login").expect("a portal login link")..];
+    let page = http.get(format!("{}{path}", api.base)).send().await.unwrap();
+    assert_eq!(page.status(), StatusCode::OK, "the link's page");
+    assert!(
+        page.headers().get("set-cookie").is_none(),
+        "the page starts no session"
+    );
+    let page = page.text().await.unwrap();
+    let needle = "name=\"token\" value=\"";
+    let at = page.find(needle).expect("a form with the link's token") + needle.len();
+    let token = &page[at..at + page[at..].find('"').unwrap()];
+    http.post(format!("{}/portal/login", api.base))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .header("sec-fetch-site", "same-origin")
+        .body(format!("token={token}"))
+        .send()
+        .await
+        .unwrap()
 }
 
 /// The CSRF token in a portal page's forms.
