@@ -826,8 +826,10 @@ async fn portal_sessions_are_guarded() {
     let (_, eps) = api.op(Method::GET, "/api/v1/app/acme/endpoint", None).await;
     assert_eq!(eps["data"].as_array().unwrap().len(), 1);
 
-    // No cookie, or a made-up one: 401.
-    for c in [None, Some("hs_portal=00")] {
+    // No cookie, a made-up one, or two (one set by someone else, say a sibling subdomain
+    // for a longer path, which browsers send first): 401.
+    let two = format!("{cookie}; hs_portal=00");
+    for c in [None, Some("hs_portal=00"), Some(two.as_str())] {
         let mut req = http.get(format!("{}/portal", api.base));
         if let Some(c) = c {
             req = req.header("cookie", c);

@@ -74,17 +74,23 @@ pub struct Session {
     id: String,
 }
 
-/// The session id in the request's cookies.
+/// The session id in the request's cookies. Two cookies of that name mean one was set by
+/// someone else (a sibling subdomain can set one for a longer path, which browsers send
+/// first): the request then has no session rather than perhaps the other one.
 fn cookie_value(headers: &HeaderMap) -> Option<String> {
-    headers
+    let mut ours = headers
         .get_all(header::COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
         .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(name, _)| *name == COOKIE)
-        .map(|(_, value)| value.trim().to_string())
-        .filter(|v| !v.is_empty() && v.len() <= 128)
+        .filter(|(name, _)| *name == COOKIE)
+        .map(|(_, value)| value.trim().to_string());
+    let first = ours.next()?;
+    if ours.next().is_some() {
+        return None;
+    }
+    Some(first).filter(|v| !v.is_empty() && v.len() <= 128)
 }
 
 impl FromRequestParts<AppState> for Session {
