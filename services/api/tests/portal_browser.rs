@@ -744,6 +744,7 @@ async fn portal_sessions_are_guarded() {
         assert!(set.contains(attr), "{set}");
     }
     assert!(!set.contains("Secure"), "plain http portal_url: not Secure");
+    assert!(r.headers().get("strict-transport-security").is_none(), "nor HSTS");
     let cookie = set.split(';').next().unwrap().to_string();
 
     // Pages: the CSP and friends.
@@ -914,6 +915,7 @@ async fn portal_sessions_are_rate_limited_and_secure_over_https() {
     let r = common::follow_portal_link(&http, &api, &url).await;
     let set = r.headers()["set-cookie"].to_str().unwrap().to_string();
     assert!(set.contains("; Secure"), "{set}");
+    assert_eq!(r.headers()["strict-transport-security"], "max-age=31536000");
     let cookie = set.split(';').next().unwrap().to_string();
     let mut statuses = Vec::new();
     for _ in 0..5 {

@@ -107,15 +107,29 @@ pub fn router(state: AppState) -> Router<AppState> {
             post(deliveries::resend),
         )
         .route("/portal/assets/{file}", get(assets::serve))
-        .layer(axum::middleware::from_fn(security_headers))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            security_headers,
+        ))
         .with_state(state)
 }
 
-/// CSP, no sniffing, no framing, no referrer (a login URL must not leak), and pages never cached
-/// (assets set their own caching).
-async fn security_headers(req: Request, next: Next) -> Response {
+/// CSP, no sniffing, no framing, no referrer (a login URL must not leak), pages never cached
+/// (assets set their own caching), and when the portal is served over https, HSTS: a browser
+/// that once reached it never sends its session cookie over plain http.
+async fn security_headers(
+    axum::extract::State(state): axum::extract::State<AppState>,
+    req: Request,
+    next: Next,
+) -> Response {
     let mut r = next.run(req).await;
     let h = r.headers_mut();
+    if state.cfg.portal_url.starts_with("https://") {
+        h.insert(
+            header::STRICT_TRANSPORT_SECURITY,
+            HeaderValue::from_static("max-age=31536000"),
+        );
+    }
     h.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(CSP));
     h.insert(
         header::X_CONTENT_TYPE_OPTIONS,
