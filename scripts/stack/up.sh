@@ -38,7 +38,7 @@ log "3/7 migrating the database and creating topics"
 "$HS" migrate
 "$HS" topics create --partitions 6
 
-log "4/7 starting outbox-relay and dispatcher"
+log "4/7 starting outbox-relay, dispatcher and the admin API"
 start_service() {
   local name=$1
   local pidfile="$STATE_DIR/run/$name.pid"
@@ -58,7 +58,7 @@ if [[ ! -s "$api_token_file" ]]; then (umask 077; head -c 32 /dev/urandom | base
 HOOKSTREAM_API__OPERATOR_TOKEN_HASHES="[\"$("$HS" api-key hash-token <"$api_token_file")\"]" start_service hookstream-api
 wait_for_http "http://127.0.0.1:8080/api/v1/health" 30 hookstream-api
 
-log "5/7 starting Prometheus (scrapes both, evaluates the alert rules)"
+log "5/7 starting Prometheus (scrapes the three services, evaluates the alert rules)"
 bash "$REPO_ROOT/scripts/stack/prometheus.sh" start
 
 log "6/7 demo tenant, endpoint and receiver on 127.0.0.1:$DEMO_PORT"
