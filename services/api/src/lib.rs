@@ -217,6 +217,10 @@ pub fn router(state: AppState, body_limit: usize, cfg: &ApiSettings) -> Result<R
         // A handler that panics (a defect: bad input must be a 4xx) answers a logged 500,
         // counted by `track`, instead of dropping the connection.
         .layer(CatchPanicLayer::custom(panicked))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            portal::security_headers,
+        ))
         .layer(axum::middleware::from_fn_with_state(state.clone(), track))
         .layer(axum::Extension(BodyLimit(body_limit)))
         .layer(DefaultBodyLimit::max(body_limit))

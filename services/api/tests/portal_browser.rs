@@ -756,6 +756,25 @@ async fn portal_sessions_are_guarded() {
         .unwrap();
     assert_eq!(r.status(), StatusCode::OK);
     assert_eq!(r.headers()["content-security-policy"], api::portal::CSP);
+    // The router's own answers under /portal carry them too: a 405, a 404.
+    for (method, path, status) in [
+        (Method::GET, "/portal/logout", StatusCode::METHOD_NOT_ALLOWED),
+        (Method::GET, "/portal/no-such-page", StatusCode::NOT_FOUND),
+    ] {
+        let other = http
+            .request(method, format!("{}{path}", api.base))
+            .header("cookie", &cookie)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(other.status(), status, "{path}");
+        assert_eq!(
+            other.headers()["content-security-policy"],
+            api::portal::CSP,
+            "{path}"
+        );
+        assert_eq!(other.headers()["x-frame-options"], "DENY", "{path}");
+    }
     assert_eq!(r.headers()["x-content-type-options"], "nosniff");
     assert_eq!(r.headers()["cache-control"], "no-store");
     let csrf = common::csrf_of(&r.text().await.unwrap());

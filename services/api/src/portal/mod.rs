@@ -107,22 +107,24 @@ pub fn router(state: AppState) -> Router<AppState> {
             post(deliveries::resend),
         )
         .route("/portal/assets/{file}", get(assets::serve))
-        .layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            security_headers,
-        ))
         .with_state(state)
 }
 
-/// CSP, no sniffing, no framing, no referrer (a login URL must not leak), pages never cached
-/// (assets set their own caching), and when the portal is served over https, HSTS: a browser
-/// that once reached it never sends its session cookie over plain http.
-async fn security_headers(
+/// Every response under `/portal` (the routes', and the router's 404 and 405 for paths there:
+/// hence a layer of the whole router, see `crate::router`): CSP, no sniffing, no framing, no
+/// referrer (a login URL must not leak), pages never cached (assets set their own caching),
+/// and when the portal is served over https, HSTS: a browser that once reached it never sends
+/// its session cookie over plain http.
+pub async fn security_headers(
     axum::extract::State(state): axum::extract::State<AppState>,
     req: Request,
     next: Next,
 ) -> Response {
+    let portal = req.uri().path() == "/portal" || req.uri().path().starts_with("/portal/");
     let mut r = next.run(req).await;
+    if !portal {
+        return r;
+    }
     let h = r.headers_mut();
     if state.cfg.portal_url.starts_with("https://") {
         h.insert(
