@@ -60,6 +60,9 @@ const LEAD_MS: i64 = 0;
 const PAGE: i64 = 500;
 /// Dead letters marked replayed per UPDATE.
 const MARK_BATCH: usize = 100;
+/// The longest an acknowledged dead letter waits to be marked (at slow paces a batch takes
+/// long to fill, and the claim that keeps other replays off it must not lapse first).
+const MARK_WITHIN: Duration = Duration::from_secs(5);
 /// A replay claims the dead letters due in the next minute (at least one) at a time, so that
 /// a slow replay that dies does not hold what it had not reached for long.
 const CLAIM_AHEAD_MS: i64 = 60_000;
@@ -243,7 +246,7 @@ impl Replayer {
         };
         let mut target_state: HashMap<Target, Result<(), String>> = HashMap::new();
         let mut pending = FuturesUnordered::new();
-        let mut acked: Vec<i64> = Vec::new();
+        let mut acked = Unmarked::default();
         let start_ms = now_ms();
         let mut k: u64 = 0;
         let mut after = 0;
@@ -251,8 +254,9 @@ impl Replayer {
         let claim = Uuid::new_v4();
         // What exists now: the dead letters this replay's own sends make when they fail again
         // match the filter too, and must not be sent again by it.
+        let (max_id, started) = dead_letters::max_id_and_now(&self.pool).await?;
         let filter = &Filter {
-            max_id: Some(dead_letters::max_id(&self.pool).await?),
+            max_id: Some(max_id),
             ..filter.clone()
         };
         // An error part-way ends the walk, but what Kafka acknowledged is still marked below:
@@ -308,13 +312,15 @@ impl Replayer {
                         let last_due_ms =
                             start_ms + ((k + chunk.len() as u64) as f64 * interval_ms).round() as i64;
                         let for_ms = (last_due_ms - now_ms()).max(0) + CLAIM_MARGIN_MS;
-                        claimed.extend(dead_letters::claim_for_replay(&self.pool, chunk, claim, for_ms).await?);
+                        claimed.extend(
+                            dead_letters::claim_for_replay(&self.pool, chunk, claim, started, for_ms).await?,
+                        );
                     }
                 }
                 if !claimed.contains(&id) {
                     report.skipped.push(NotReplayed {
                         id,
-                        reason: "another replay running now is sending it".into(),
+                        reason: "another replay is sending it, or sent it since this one started".into(),
                     });
                     continue;
                 }
@@ -326,12 +332,18 @@ impl Replayer {
                     report.replayed.push(id);
                     continue;
                 }
-                // Pace: produce no earlier than LEAD_MS before the due time, taking acks meanwhile.
+                // Pace: produce no earlier than LEAD_MS before the due time, taking acks
+                // meanwhile, and marking them within MARK_WITHIN (a slow replay's claims must
+                // not lapse before what it sent is marked).
                 loop {
+                    if acked.due() {
+                        self.mark(&mut acked, &mut report).await;
+                    }
                     let wait = due_ms - LEAD_MS - now_ms();
                     if wait <= 0 {
                         break;
                     }
+                    let wait = acked.mark_in_ms().map_or(wait, |m| wait.min(m));
                     tokio::select! {
                         _ = tokio::time::sleep(Duration::from_millis(wait as u64)) => {}
                         Some((id, result)) = pending.next() => settle(id, result, &mut acked, &mut report),
@@ -394,7 +406,7 @@ impl Replayer {
                         }
                     }
                 }
-                if acked.len() >= MARK_BATCH {
+                if acked.due() {
                     self.mark(&mut acked, &mut report).await;
                 }
             }
@@ -419,11 +431,12 @@ impl Replayer {
     }
 
     /// Marks acknowledged dead letters replayed; what the database refuses is reported.
-    async fn mark(&self, acked: &mut Vec<i64>, report: &mut ReplayReport) {
-        if acked.is_empty() {
+    async fn mark(&self, acked: &mut Unmarked, report: &mut ReplayReport) {
+        if acked.ids.is_empty() {
             return;
         }
-        let ids = std::mem::take(acked);
+        let ids = std::mem::take(&mut acked.ids);
+        acked.oldest = None;
         let mut tries = 0;
         loop {
             match dead_letters::mark_replayed(&self.pool, &ids).await {
@@ -583,7 +596,34 @@ type Ack = Result<
     futures::channel::oneshot::Canceled,
 >;
 
-fn settle(id: i64, result: Ack, acked: &mut Vec<i64>, report: &mut ReplayReport) {
+/// Dead letters Kafka acknowledged and not yet marked replayed.
+#[derive(Default)]
+struct Unmarked {
+    ids: Vec<i64>,
+    /// When the oldest of them was acknowledged.
+    oldest: Option<Instant>,
+}
+
+impl Unmarked {
+    fn push(&mut self, id: i64) {
+        self.oldest.get_or_insert_with(Instant::now);
+        self.ids.push(id);
+    }
+
+    /// A batch's worth, or one waiting MARK_WITHIN.
+    fn due(&self) -> bool {
+        self.ids.len() >= MARK_BATCH || self.oldest.is_some_and(|t| t.elapsed() >= MARK_WITHIN)
+    }
+
+    /// Milliseconds until the oldest is due for marking (None: none waits).
+    fn mark_in_ms(&self) -> Option<i64> {
+        self.oldest
+            .map(|t| MARK_WITHIN.saturating_sub(t.elapsed()).as_millis() as i64)
+            .map(|ms| ms.max(1))
+    }
+}
+
+fn settle(id: i64, result: Ack, acked: &mut Unmarked, report: &mut ReplayReport) {
     match result {
         Ok(Ok(_)) => acked.push(id),
         Ok(Err((e, _))) => report.failed.push(NotReplayed {

@@ -260,13 +260,13 @@ fn push_filter<'a>(q: &mut QueryBuilder<'a, Postgres>, f: &'a Filter) {
     }
 }
 
-/// The highest dead-letter id so far (0 when there is none).
-pub async fn max_id(pool: &PgPool) -> Result<i64, StoreError> {
+/// The highest dead-letter id so far (0 when there is none), and the database's time: where
+/// a replay starts.
+pub async fn max_id_and_now(pool: &PgPool) -> Result<(i64, DateTime<Utc>), StoreError> {
     Ok(
-        sqlx::query_scalar::<_, Option<i64>>("SELECT max(id) FROM hookstream.dead_letters")
+        sqlx::query_as("SELECT coalesce(max(id), 0), now() FROM hookstream.dead_letters")
             .fetch_one(pool)
-            .await?
-            .unwrap_or(0),
+            .await?,
     )
 }
 
@@ -325,14 +325,18 @@ pub async fn event_envelope(pool: &PgPool, event_id: Uuid) -> Result<Option<Vec<
     .await?)
 }
 
-/// Claims for the replay `claim` those of `ids` that no other replay holds, until `for_ms`
-/// from now (the database's clock); returns the ids claimed. Rows are taken in id order and
-/// a row another replay is claiming at this instant is skipped, not waited for: two replays
-/// claiming overlapping pages never deadlock, and each row goes to one of them.
+/// Claims for the replay `claim`, which started at `started` (the database's clock), those of
+/// `ids` that no other replay holds and none has replayed since `started`, until `for_ms` from
+/// now; returns the ids claimed. A replay reads a page before it claims its rows: one another
+/// replay sent (and marked, which ends its claim) in between is not taken again. Rows are
+/// taken in id order and a row another replay is claiming at this instant is skipped, not
+/// waited for: two replays claiming overlapping pages never deadlock, and each row goes to
+/// one of them.
 pub async fn claim_for_replay(
     pool: &PgPool,
     ids: &[i64],
     claim: Uuid,
+    started: DateTime<Utc>,
     for_ms: i64,
 ) -> Result<Vec<i64>, StoreError> {
     if ids.is_empty() {
@@ -346,6 +350,7 @@ pub async fn claim_for_replay(
                         WHERE id = ANY($1)
                           AND (replay_claim IS NULL OR replay_claim = $2
                                OR replay_claimed_until < now())
+                          AND (replayed_at IS NULL OR replayed_at < $4)
                         ORDER BY id
                         FOR UPDATE SKIP LOCKED)
           RETURNING id",
@@ -353,6 +358,7 @@ pub async fn claim_for_replay(
     .bind(ids)
     .bind(claim)
     .bind(for_ms.max(0))
+    .bind(started)
     .fetch_all(pool)
     .await?)
 }

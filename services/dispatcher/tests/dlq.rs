@@ -699,53 +699,9 @@ async fn two_replays_at_once_send_each_dead_letter_once() {
 /// reads 500 dead letters a page) fails, by a trigger on the 501st row.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replay_that_fails_part_way_marks_what_kafka_acknowledged() {
-    const N: i64 = 501;
+    const N: usize = 501;
     let env = TestEnv::new(1).await.unwrap();
-    let tenant = env.tenant("t").await.unwrap();
-    let receiver = Receiver::start(Behaviour::Ok).await;
-    let ep = env.endpoint(tenant, &receiver, &[]).await.unwrap();
-    let cfg = config(&env, vec![1_000]);
-    hookstream_kafka::ensure_topics(
-        &env.kafka,
-        &hookstream_kafka::topics::tier_specs(&env.kafka, &cfg.retry),
-    )
-    .await
-    .unwrap();
-    let now = chrono::Utc::now();
-    let letters: Vec<NewDeadLetter> = (0..N)
-        .map(|offset| {
-            let event_id = Uuid::now_v7();
-            NewDeadLetter {
-                tenant_id: Some(tenant),
-                endpoint_id: Some(ep),
-                event_id: Some(event_id),
-                event_type: "order.created".into(),
-                reason: "HTTP 400".into(),
-                error_class: "http_4xx".into(),
-                last_status: 400,
-                attempts: 1,
-                event: Some(
-                    EventEnvelope {
-                        event_id: event_id.to_string(),
-                        tenant_id: tenant.to_string(),
-                        event_type: "order.created".into(),
-                        payload: Bytes::from_static(br#"{"n":1}"#),
-                        ..Default::default()
-                    }
-                    .encode_to_vec(),
-                ),
-                raw: None,
-                ..poison_row(offset, now)
-            }
-        })
-        .collect();
-    dead_letters::insert_many(&env.pool, &letters).await.unwrap();
-    let ids: Vec<i64> =
-        hookstream_store::sqlx::query_scalar("SELECT id FROM hookstream.dead_letters ORDER BY id")
-            .fetch_all(&env.pool)
-            .await
-            .unwrap();
-    assert_eq!(ids.len(), N as usize);
+    let (cfg, ep, ids) = replayable_letters(&env, N).await;
     let last = ids[ids.len() - 1];
     sqlx_exec(
         &env,
@@ -791,8 +747,132 @@ async fn a_replay_that_fails_part_way_marks_what_kafka_acknowledged() {
     .fetch_one(&env.pool)
     .await
     .unwrap();
-    assert_eq!(marked, N - 1, "the first page was sent and is marked");
+    assert_eq!(marked as usize, N - 1, "the first page was sent and is marked");
     assert_eq!(claimed, 0, "claims released");
+}
+
+/// `n` dead letters of an endpoint (HTTP 400, each with its event) stored directly, and the
+/// tiers a replay sends to; the retrying config, the endpoint and the ids in order.
+async fn replayable_letters(env: &TestEnv, n: usize) -> (dispatcher::Config, Uuid, Vec<i64>) {
+    let tenant = env.tenant("t").await.unwrap();
+    let receiver = Receiver::start(Behaviour::Ok).await;
+    let ep = env.endpoint(tenant, &receiver, &[]).await.unwrap();
+    let cfg = config(env, vec![1_000]);
+    hookstream_kafka::ensure_topics(
+        &env.kafka,
+        &hookstream_kafka::topics::tier_specs(&env.kafka, &cfg.retry),
+    )
+    .await
+    .unwrap();
+    let now = chrono::Utc::now();
+    let letters: Vec<NewDeadLetter> = (0..n as i64)
+        .map(|offset| {
+            let event_id = Uuid::now_v7();
+            NewDeadLetter {
+                tenant_id: Some(tenant),
+                endpoint_id: Some(ep),
+                event_id: Some(event_id),
+                event_type: "order.created".into(),
+                reason: "HTTP 400".into(),
+                error_class: "http_4xx".into(),
+                last_status: 400,
+                attempts: 1,
+                event: Some(
+                    EventEnvelope {
+                        event_id: event_id.to_string(),
+                        tenant_id: tenant.to_string(),
+                        event_type: "order.created".into(),
+                        payload: Bytes::from_static(br#"{"n":1}"#),
+                        ..Default::default()
+                    }
+                    .encode_to_vec(),
+                ),
+                raw: None,
+                ..poison_row(offset, now)
+            }
+        })
+        .collect();
+    dead_letters::insert_many(&env.pool, &letters).await.unwrap();
+    let ids: Vec<i64> =
+        hookstream_store::sqlx::query_scalar("SELECT id FROM hookstream.dead_letters ORDER BY id")
+            .fetch_all(&env.pool)
+            .await
+            .unwrap();
+    assert_eq!(ids.len(), n);
+    (cfg, ep, ids)
+}
+
+/// A replay reads a page, then claims its rows a minute's worth at a time; another replay may
+/// send and mark one of them in between (marking ends a claim). It is not taken again; a
+/// replay started after the marking (`--include-replayed`, `--id`) may take it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_letter_another_replay_sent_after_this_one_started_is_not_claimed() {
+    let env = TestEnv::new(1).await.unwrap();
+    let id = dead_letters::insert(&env.pool, &poison_row(1, chrono::Utc::now()))
+        .await
+        .unwrap()
+        .unwrap();
+    let (_, a_started) = dead_letters::max_id_and_now(&env.pool).await.unwrap();
+    let (a, b, c) = (Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4());
+    let ids = [id];
+    let claim = |who: Uuid, started| dead_letters::claim_for_replay(&env.pool, &ids, who, started, 60_000);
+    assert_eq!(claim(b, a_started).await.unwrap(), [id], "b claims it");
+    assert!(claim(a, a_started).await.unwrap().is_empty(), "held by b");
+    dead_letters::mark_replayed(&env.pool, &[id]).await.unwrap();
+    assert!(
+        claim(a, a_started).await.unwrap().is_empty(),
+        "sent by b after a started: not again by a"
+    );
+    let (_, c_started) = dead_letters::max_id_and_now(&env.pool).await.unwrap();
+    assert_eq!(claim(c, c_started).await.unwrap(), [id], "a later replay may");
+}
+
+/// At a slow pace a batch of acknowledgements takes long to fill; marking waited for it (or
+/// the end), past the claim that keeps other replays off what was sent. What Kafka
+/// acknowledged is now marked within seconds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_replay_marks_what_it_sent_within_seconds() {
+    let env = TestEnv::new(1).await.unwrap();
+    let (cfg, ep, ids) = replayable_letters(&env, 2).await;
+    let replayer = Replayer::new(env.pool.clone(), &env.kafka, &cfg.retry).unwrap();
+    let by_endpoint = Filter {
+        endpoint: Some(ep),
+        ..Default::default()
+    };
+    let replay = tokio::spawn(async move {
+        replayer
+            .replay(
+                &by_endpoint,
+                &ReplayOptions {
+                    rate_per_s: 1.0 / 15.0,
+                    dry_run: false,
+                },
+            )
+            .await
+    });
+    let marked = |id: i64| {
+        let pool = env.pool.clone();
+        async move {
+            hookstream_store::sqlx::query_scalar::<_, bool>(
+                "SELECT replayed_at IS NOT NULL FROM hookstream.dead_letters WHERE id = $1",
+            )
+            .bind(id)
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+        }
+    };
+    assert!(
+        eventually(Duration::from_secs(11), || marked(ids[0])).await,
+        "the first, sent at once, is marked before the second is due (15 s)"
+    );
+    assert!(!replay.is_finished() && !marked(ids[1]).await);
+    let report = tokio::time::timeout(Duration::from_secs(30), replay)
+        .await
+        .expect("the replay ends")
+        .unwrap()
+        .unwrap();
+    assert_eq!(report.replayed, ids);
 }
 
 /// Publishes `n` events one by one through the outbox and returns the median latency from
