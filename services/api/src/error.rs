@@ -120,11 +120,14 @@ impl From<StoreError> for ApiError {
             StoreError::Database(sqlx_error) if is_unavailable(&sqlx_error) => {
                 ApiError::Unavailable(format!("the database is unavailable: {sqlx_error}"))
             }
-            // SQLSTATE class 22, a data exception: a value from the request PostgreSQL cannot
-            // take (NUL in text, a time out of its range, a number too large). The caller's
-            // input, not a fault of ours; its message names no internals.
+            // The data exceptions a value from the request causes (NUL in text, a time out of
+            // range or malformed, text too long): the caller's input, not a fault of ours, and
+            // their messages name no internals. The rest of class 22 (a division by zero, an
+            // overflow in an aggregate) stays a 500.
             StoreError::Database(hookstream_store::sqlx::Error::Database(db))
-                if db.code().is_some_and(|c| c.starts_with("22")) =>
+                if db
+                    .code()
+                    .is_some_and(|c| ["22021", "22P05", "22008", "22007", "22001"].contains(&c.as_ref())) =>
             {
                 ApiError::BadRequest(format!("a value in the request cannot be used: {}", db.message()))
             }

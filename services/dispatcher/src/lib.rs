@@ -64,7 +64,7 @@ pub enum DispatchError {
     Kafka(#[from] hookstream_kafka::rdkafka::error::KafkaError),
     #[error(transparent)]
     Engine(#[from] hookstream_delivery::EngineError),
-    #[error("retry topics: {0}")]
+    #[error("topics: {0}")]
     Topics(#[from] TopicError),
     #[error("invalid configuration: {0}")]
     Config(String),
@@ -89,7 +89,8 @@ impl ServiceError for DispatchError {
 /// The topics other than the retry tiers that the roles this process runs read or write.
 fn topics_used(cfg: &Config) -> Vec<String> {
     let topics = &cfg.kafka.topics;
-    let delivers = cfg.dispatcher.runs(Role::Events) || cfg.dispatcher.runs(Role::Retry);
+    let delivers =
+        cfg.dispatcher.runs(Role::Events) || (cfg.dispatcher.runs(Role::Retry) && cfg.retry.enabled);
     let mut used = Vec::new();
     if cfg.dispatcher.runs(Role::Events) {
         used.push(topics.events.clone());
