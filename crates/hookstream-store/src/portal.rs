@@ -81,37 +81,44 @@ pub async fn create_link(
 
 /// Consumes a link: what it grants, once, before it expires.
 pub async fn consume_link(pool: &PgPool, token: &str) -> Result<Result<Grant, LinkRefused>, StoreError> {
-    let h = hash(token);
-    let grant: Option<Grant> = sqlx::query_as(&format!(
-        "UPDATE hookstream.portal_links l SET used_at = now()
-           FROM hookstream.api_keys k
-          WHERE l.hash = $1 AND l.used_at IS NULL AND l.expires_at > now()
-            AND k.id = l.key_id AND {KEY_LIVE}
-          RETURNING l.key_id, l.tenant_id, l.read_only, l.expires_at"
-    ))
-    .bind(h.as_slice())
-    .fetch_optional(pool)
-    .await?;
-    match grant {
-        Some(g) => Ok(Ok(g)),
-        // Refused: say why (the UPDATE above is what decides; this only explains).
-        None => Ok(Err(refusal(pool, &h).await?)),
-    }
+    granted(
+        pool,
+        token,
+        &format!(
+            "UPDATE hookstream.portal_links l SET used_at = now()
+               FROM hookstream.api_keys k
+              WHERE l.hash = $1 AND l.used_at IS NULL AND l.expires_at > now()
+                AND k.id = l.key_id AND {KEY_LIVE}
+              RETURNING l.key_id, l.tenant_id, l.read_only, l.expires_at"
+        ),
+    )
+    .await
 }
 
 /// What a link would grant if it were consumed now, without consuming it: the page a link
 /// opens asks the person to continue, so that a link opened by a mail scanner, or put in
 /// front of someone by another tenant, starts no session by itself.
 pub async fn peek_link(pool: &PgPool, token: &str) -> Result<Result<Grant, LinkRefused>, StoreError> {
+    granted(
+        pool,
+        token,
+        &format!(
+            "SELECT l.key_id, l.tenant_id, l.read_only, l.expires_at
+               FROM hookstream.portal_links l JOIN hookstream.api_keys k ON k.id = l.key_id
+              WHERE l.hash = $1 AND l.used_at IS NULL AND l.expires_at > now() AND {KEY_LIVE}"
+        ),
+    )
+    .await
+}
+
+/// The grant `sql` (bound to the token's hash) returns, or why the link grants nothing: the
+/// query decides, `refusal` only explains.
+async fn granted(pool: &PgPool, token: &str, sql: &str) -> Result<Result<Grant, LinkRefused>, StoreError> {
     let h = hash(token);
-    let grant: Option<Grant> = sqlx::query_as(&format!(
-        "SELECT l.key_id, l.tenant_id, l.read_only, l.expires_at
-           FROM hookstream.portal_links l JOIN hookstream.api_keys k ON k.id = l.key_id
-          WHERE l.hash = $1 AND l.used_at IS NULL AND l.expires_at > now() AND {KEY_LIVE}"
-    ))
-    .bind(h.as_slice())
-    .fetch_optional(pool)
-    .await?;
+    let grant: Option<Grant> = sqlx::query_as(sql)
+        .bind(h.as_slice())
+        .fetch_optional(pool)
+        .await?;
     match grant {
         Some(g) => Ok(Ok(g)),
         None => Ok(Err(refusal(pool, &h).await?)),

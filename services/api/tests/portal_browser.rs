@@ -868,33 +868,8 @@ async fn portal_sessions_are_guarded() {
         .unwrap();
     assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
     // Signing in again from a browser that has a session ends that session.
-    let (_, again) = api
-        .op(
-            Method::POST,
-            "/api/v1/auth/app-portal-access/acme",
-            Some(json!({})),
-        )
-        .await;
-    let again_url = again["url"].as_str().unwrap();
-    let again_path = &again_url[again_url.find("/portal/login").unwrap()..];
-    let page = http
-        .get(format!("{}{again_path}", api.base))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    assert!(page.contains("Continue to the portal"));
-    let token = again_url.split("token=").nth(1).unwrap();
-    let r = http
-        .post(format!("{}/portal/login", api.base))
-        .header("cookie", &cookie)
-        .header("content-type", "application/x-www-form-urlencoded")
-        .body(format!("token={token}"))
-        .send()
-        .await
-        .unwrap();
+    let again = common::portal_link(&api, "acme", false).await;
+    let r = common::follow_portal_link_with(&http, &api, &again, Some(&cookie)).await;
     assert_eq!(r.status(), StatusCode::SEE_OTHER);
     let old = http
         .get(format!("{}/portal", api.base))

@@ -546,22 +546,28 @@ async fn a_replay_taken_up_all_at_once_is_still_paced_by_the_retry_role() {
     replay_at_rate(true).await;
 }
 
-/// A replay reads only the dead letters that existed when it started. Those it sends that
-/// fail again become new dead letters matching the same filter; read too, they were sent
-/// again, and again, for as long as each round came back before the replay ended.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_replay_does_not_send_again_the_dead_letters_its_own_sends_make() {
-    const N: usize = 4;
-    let env = TestEnv::new(1).await.unwrap();
+/// `n` events to an endpoint answering 400, dead-lettered at once by a running pipeline.
+struct Rejected {
+    receiver: Receiver,
+    cfg: dispatcher::Config,
+    token: tokio_util::sync::CancellationToken,
+    /// The events published.
+    ids: Vec<Uuid>,
+    by_endpoint: Filter,
+    /// Their dead letters.
+    original: HashSet<i64>,
+}
+
+async fn rejected_at_once(env: &TestEnv, n: usize) -> Rejected {
     let tenant = env.tenant("t").await.unwrap();
     let receiver = Receiver::start(Behaviour::Status(400)).await;
     let ep = env.endpoint(tenant, &receiver, &[]).await.unwrap();
-    let cfg = config(&env, vec![1_000]);
-    let token = start(&env, cfg.clone(), Registry::new());
+    let cfg = config(env, vec![1_000]);
+    let token = start(env, cfg.clone(), Registry::new());
     let ids = env
         .publish(
-            &(0..N)
-                .map(|n| NewEvent::new(tenant, "order.created", json!({ "n": n })))
+            &(0..n)
+                .map(|i| NewEvent::new(tenant, "order.created", json!({ "n": i })))
                 .collect::<Vec<_>>(),
         )
         .await
@@ -572,12 +578,37 @@ async fn a_replay_does_not_send_again_the_dead_letters_its_own_sends_make() {
     };
     assert!(
         eventually(Duration::from_secs(30), || async {
-            rows(&env, &by_endpoint).await.len() == N
+            rows(env, &by_endpoint).await.len() == n
         })
         .await,
         "dead-lettered at once (400)"
     );
-    let original: HashSet<i64> = rows(&env, &by_endpoint).await.iter().map(|r| r.id).collect();
+    let original = rows(env, &by_endpoint).await.iter().map(|r| r.id).collect();
+    Rejected {
+        receiver,
+        cfg,
+        token,
+        ids,
+        by_endpoint,
+        original,
+    }
+}
+
+/// A replay reads only the dead letters that existed when it started. Those it sends that
+/// fail again become new dead letters matching the same filter; read too, they were sent
+/// again, and again, for as long as each round came back before the replay ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_does_not_send_again_the_dead_letters_its_own_sends_make() {
+    const N: usize = 4;
+    let env = TestEnv::new(1).await.unwrap();
+    let Rejected {
+        receiver,
+        cfg,
+        token,
+        ids,
+        by_endpoint,
+        original,
+    } = rejected_at_once(&env, N).await;
 
     // At 1/s the replay lasts about N seconds: long enough for its first sends to fail again
     // and be stored as new dead letters while it still reads.
@@ -622,30 +653,14 @@ async fn a_replay_does_not_send_again_the_dead_letters_its_own_sends_make() {
 async fn two_replays_at_once_send_each_dead_letter_once() {
     const N: usize = 6;
     let env = TestEnv::new(1).await.unwrap();
-    let tenant = env.tenant("t").await.unwrap();
-    let receiver = Receiver::start(Behaviour::Status(400)).await;
-    let ep = env.endpoint(tenant, &receiver, &[]).await.unwrap();
-    let cfg = config(&env, vec![1_000]);
-    let token = start(&env, cfg.clone(), Registry::new());
-    env.publish(
-        &(0..N)
-            .map(|n| NewEvent::new(tenant, "order.created", json!({ "n": n })))
-            .collect::<Vec<_>>(),
-    )
-    .await
-    .unwrap();
-    let by_endpoint = Filter {
-        endpoint: Some(ep),
-        ..Default::default()
-    };
-    assert!(
-        eventually(Duration::from_secs(30), || async {
-            rows(&env, &by_endpoint).await.len() == N
-        })
-        .await,
-        "dead-lettered at once (400)"
-    );
-    let original: HashSet<i64> = rows(&env, &by_endpoint).await.iter().map(|r| r.id).collect();
+    let Rejected {
+        receiver,
+        cfg,
+        token,
+        by_endpoint,
+        original,
+        ..
+    } = rejected_at_once(&env, N).await;
     receiver.set_behaviour(Behaviour::Ok);
 
     let (a, b) = (

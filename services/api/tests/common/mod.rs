@@ -236,6 +236,16 @@ pub async fn open_portal_link(api: &Api, url: &str) -> String {
 /// The link's page (200, naming the application, with a form that posts the token), then
 /// that form's post as the browser sends it: the post's response.
 pub async fn follow_portal_link(http: &reqwest::Client, api: &Api, url: &str) -> reqwest::Response {
+    follow_portal_link_with(http, api, url, None).await
+}
+
+/// `follow_portal_link` from a browser holding `cookie` (a session it already has).
+pub async fn follow_portal_link_with(
+    http: &reqwest::Client,
+    api: &Api,
+    url: &str,
+    cookie: Option<&str>,
+) -> reqwest::Response {
     let path = &url[url.find("/portal/login").expect("a portal login link")..];
     let page = http.get(format!("{}{path}", api.base)).send().await.unwrap();
     assert_eq!(page.status(), StatusCode::OK, "the link's page");
@@ -247,13 +257,15 @@ pub async fn follow_portal_link(http: &reqwest::Client, api: &Api, url: &str) ->
     let needle = "name=\"token\" value=\"";
     let at = page.find(needle).expect("a form with the link's token") + needle.len();
     let token = &page[at..at + page[at..].find('"').unwrap()];
-    http.post(format!("{}/portal/login", api.base))
+    let mut post = http
+        .post(format!("{}/portal/login", api.base))
         .header("content-type", "application/x-www-form-urlencoded")
         .header("sec-fetch-site", "same-origin")
-        .body(format!("token={token}"))
-        .send()
-        .await
-        .unwrap()
+        .body(format!("token={token}"));
+    if let Some(c) = cookie {
+        post = post.header("cookie", c);
+    }
+    post.send().await.unwrap()
 }
 
 /// The CSRF token in a portal page's forms.
