@@ -22,8 +22,10 @@
 //!   docs/benchmarks.md).
 //! - A partition revoked in a rebalance is forgotten at once: what waited in it is dropped,
 //!   and completions of work still running for it are ignored (the new owner redoes it).
-//! - Nothing dies silently: a handler's fatal error, a panic in a task, or a fatal consumer
-//!   error ends `run` with an error (the service's supervisor then fails the process).
+//! - Nothing dies silently: a handler's fatal error, a panic in a task, a fatal consumer
+//!   error, or a subscribed topic lost while running (deleted or refused, confirmed with the
+//!   broker by `lost.rs` after a consumer error) ends `run` with an error (the service's
+//!   supervisor then fails the process).
 //! - On shutdown no new record is taken; running work gets `grace` to finish, its offsets
 //!   are stored and committed, and the group is left. Unfinished work is redelivered to the
 //!   partition's next owner.
@@ -278,6 +280,8 @@ pub async fn run<H: Handler>(
         tasks: TaskTracker::new(),
         done: mpsc::unbounded_channel(),
         lag: LagGauges::new(metrics, settings.group_id.clone(), settings.role),
+        topics: settings.topics.clone(),
+        loss: Arc::new(crate::TopicLoss::new(kafka)),
     };
     let result = member.consume(&shutdown).await;
     member.drain(settings.grace).await;
@@ -298,6 +302,9 @@ struct Member<H: Handler> {
         mpsc::UnboundedReceiver<Completion>,
     ),
     lag: LagGauges,
+    /// What it subscribed to, and whether one of those is lost.
+    topics: Vec<String>,
+    loss: Arc<crate::TopicLoss>,
 }
 
 impl<H: Handler> Member<H> {
@@ -305,6 +312,8 @@ impl<H: Handler> Member<H> {
         let mut lag_tick = tokio::time::interval(LAG_EVERY);
         lag_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut measuring: Option<tokio::task::JoinHandle<Result<lag::Measured, KafkaError>>> = None;
+        // Whether a consumer error meant a topic is lost (`lost.rs`), asked off the loop.
+        let mut checking: Option<tokio::task::JoinHandle<Result<(), crate::TopicError>>> = None;
         // Since when the ready queue has been full without a pause (see the module docs).
         let mut full_since: Option<tokio::time::Instant> = None;
         loop {
@@ -356,7 +365,24 @@ impl<H: Handler> Member<H> {
                                 return Err(ConsumerError::Fatal { role: self.role, reason: format!("{code:?}: {reason}") });
                             }
                             tracing::warn!(role = self.role, error = %e, "kafka consumer error");
+                            if checking.is_none() && crate::lost::may_be_lost(&e) {
+                                let (loss, topics) = (self.loss.clone(), self.topics.clone());
+                                checking = Some(tokio::spawn(async move {
+                                    for topic in &topics {
+                                        loss.after_failure(topic).await?;
+                                    }
+                                    Ok(())
+                                }));
+                            }
                         }
+                    }
+                }
+                checked = async { checking.as_mut().expect("guarded").await }, if checking.is_some() => {
+                    checking = None;
+                    match checked {
+                        Ok(Ok(())) => {}
+                        Ok(Err(lost)) => return Err(ConsumerError::Fatal { role: self.role, reason: lost.to_string() }),
+                        Err(e) => return Err(ConsumerError::Fatal { role: self.role, reason: format!("topic check panicked: {e}") }),
                     }
                 }
                 _ = lag_tick.tick(), if measuring.is_none() => {

@@ -2,11 +2,13 @@
 //! hands a record on (to a retry tier, to the DLQ) stores its own offset only after this
 //! returned `Ok` (invariant 1); it retries for as long as it takes, and gives up only on
 //! shutdown (the offset then stays unstored and the work is redone), when the producer
-//! itself can no longer work (a fatal error: the service must restart), or when the record is
-//! larger than the producer or the topic accepts: retrying cannot change that, so the caller
-//! must make the record smaller or decide otherwise (else one record would hold its
-//! partition forever).
+//! itself can no longer work (a fatal error: the service must restart), when the topic is
+//! lost (deleted or refused while the service runs, `lost.rs`: the service must stop), or
+//! when the record is larger than the producer or the topic accepts: retrying cannot change
+//! that, so the caller must make the record smaller or decide otherwise (else one record
+//! would hold its partition forever).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use hookstream_config::KafkaConfig;
@@ -19,6 +21,9 @@ use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::util::Timeout;
 use tokio_util::sync::CancellationToken;
 
+use crate::lost::TopicLoss;
+use crate::topics::TopicError;
+
 /// Why a hand-off did not complete.
 #[derive(Debug, thiserror::Error)]
 pub enum HandoffError {
@@ -26,6 +31,9 @@ pub enum HandoffError {
     Shutdown,
     #[error("kafka producer failed for good: {0}")]
     Fatal(String),
+    /// The topic was deleted, or this client's access to it revoked, while running.
+    #[error("{0}")]
+    Lost(TopicError),
     /// Refused as too large, by the producer (`message.max.bytes`) or by the topic
     /// (`max.message.bytes`). Never retried.
     #[error("record of {bytes} bytes is larger than {topic} accepts: {error}")]
@@ -55,6 +63,7 @@ const RETRY_EVERY: Duration = Duration::from_secs(1);
 pub struct HandoffProducer {
     shared: FutureProducer,
     solo: FutureProducer,
+    loss: Arc<TopicLoss>,
 }
 
 impl HandoffProducer {
@@ -64,7 +73,11 @@ impl HandoffProducer {
             .set("batch.num.messages", "1")
             .set("linger.ms", "0")
             .create()?;
-        Ok(Self { shared, solo })
+        Ok(Self {
+            shared,
+            solo,
+            loss: Arc::new(TopicLoss::new(cfg)),
+        })
     }
 
     /// The shared producer's fatal error, if it had one; else the solo producer's.
@@ -112,6 +125,10 @@ pub async fn produce_until_acked(
                     return Err(HandoffError::Fatal(fatal));
                 }
                 tracing::warn!(error = %e, topic, "record not acknowledged, retrying");
+                tokio::select! {
+                    lost = producer.loss.after_failure(topic) => lost.map_err(HandoffError::Lost)?,
+                    _ = shutdown.cancelled() => return Err(HandoffError::Shutdown),
+                }
             }
         }
         tokio::select! {

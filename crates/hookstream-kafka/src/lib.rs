@@ -1,7 +1,8 @@
 //! Kafka plumbing shared by the services: client configuration with safe defaults, the
-//! topics and their checks, the tracked consumer every consumer group runs, the hand-off that
-//! produces until Kafka acknowledged, the per-partition completion tracker that decides
-//! which offset may be stored, and consumer lag (from inside a group, and from outside it).
+//! topics and their checks (at start, and a topic lost while running), the tracked consumer
+//! every consumer group runs, the hand-off that produces until Kafka acknowledged, the
+//! per-partition completion tracker that decides which offset may be stored, and consumer
+//! lag (from inside a group, and from outside it).
 
 #![forbid(unsafe_code)]
 
@@ -10,6 +11,7 @@ pub mod consumer;
 pub mod group_view;
 pub mod handoff;
 pub mod lag;
+pub mod lost;
 pub mod probe;
 pub mod topics;
 pub mod tracker;
@@ -19,6 +21,7 @@ pub use consumer::{ConsumerError, ConsumerSettings, Done, Fatal, Handler, Record
 pub use group_view::{GroupView, Membership, PartitionOffsets};
 pub use handoff::{produce_until_acked, HandoffError, HandoffProducer};
 pub use lag::ConsumerMetrics;
+pub use lost::TopicLoss;
 pub use probe::{probe, probe_at_start, ProbeError, PROBE_TIMEOUT};
 pub use rdkafka;
 pub use topics::{ensure_topics, TopicError, TopicSpec};

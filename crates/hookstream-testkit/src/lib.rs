@@ -86,26 +86,13 @@ impl TestEnv {
             group_id: format!("test.{id}.dispatcher"),
             ..Default::default()
         };
-        // As `hookstream topics create` makes them (the DLQ's record limit included), with this
-        // environment's partitions and one replica.
-        let specs: Vec<TopicSpec> = hookstream_kafka::topics::main_specs(&kafka)
-            .into_iter()
-            .map(|s| TopicSpec {
-                partitions,
-                replication: 1,
-                ..s
-            })
-            .collect();
-        hookstream_kafka::ensure_topics(&kafka, &specs)
-            .await
-            .context("creating test topics (is Kafka running?)")?;
         let retry = RetryConfig {
             topic_prefix: format!("test.{id}.retry."),
             group_id: format!("test.{id}.retry"),
             partitions,
             ..Default::default()
         };
-        Ok(Self {
+        let env = Self {
             name,
             database,
             kafka,
@@ -116,7 +103,13 @@ impl TestEnv {
                 key: hookstream_store::sealing::Sealer::generate_key("test"),
                 ..Default::default()
             },
-        })
+        };
+        // As `hookstream topics create` makes them (the DLQ's record limit included), with this
+        // environment's partitions and one replica.
+        env.create_main_topics()
+            .await
+            .context("creating test topics (is Kafka running?)")?;
+        Ok(env)
     }
 
     /// Drops this environment's database and deletes its topics (`test.<id>.*`). For long
@@ -157,6 +150,33 @@ impl TestEnv {
             let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
             admin.delete_topics(&refs, &opts).await?;
         }
+        Ok(())
+    }
+
+    /// Deletes one of this environment's topics (as an operator or a cleanup job might).
+    pub async fn delete_topic(&self, topic: &str) -> anyhow::Result<()> {
+        use hookstream_kafka::rdkafka::admin::{AdminClient, AdminOptions};
+        use hookstream_kafka::rdkafka::client::DefaultClientContext;
+        let admin: AdminClient<DefaultClientContext> =
+            hookstream_kafka::client_config(&self.kafka).create()?;
+        let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
+        for result in admin.delete_topics(&[topic], &opts).await? {
+            result.map_err(|(name, code)| anyhow::anyhow!("deleting {name}: {code}"))?;
+        }
+        Ok(())
+    }
+
+    /// Creates this environment's events, DLQ and attempts topics that do not exist (again).
+    pub async fn create_main_topics(&self) -> anyhow::Result<()> {
+        let specs: Vec<TopicSpec> = hookstream_kafka::topics::main_specs(&self.kafka)
+            .into_iter()
+            .map(|s| TopicSpec {
+                partitions: self.partitions,
+                replication: 1,
+                ..s
+            })
+            .collect();
+        hookstream_kafka::ensure_topics(&self.kafka, &specs).await?;
         Ok(())
     }
 

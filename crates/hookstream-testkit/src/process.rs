@@ -112,3 +112,29 @@ pub fn dispatcher_env(env: &crate::TestEnv) -> Vec<(String, String)> {
     ));
     vars
 }
+
+/// `GET path` from a service's admin listener on `port`: the status code and the body (`None`:
+/// not answering).
+pub async fn admin_get(port: u16, path: &str) -> Option<(u16, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?;
+    stream
+        .write_all(format!("GET {path} HTTP/1.0\r\nhost: x\r\n\r\n").as_bytes())
+        .await
+        .ok()?;
+    let mut text = String::new();
+    stream.read_to_string(&mut text).await.ok()?;
+    let status = text.split_whitespace().nth(1)?.parse().ok()?;
+    let body = text.split("\r\n\r\n").nth(1).unwrap_or_default().to_string();
+    Some((status, body))
+}
+
+/// A loopback port free a moment ago, for a child process's listener (it cannot be handed a
+/// bound socket).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("binding a loopback port")
+        .local_addr()
+        .expect("a bound socket's address")
+        .port()
+}

@@ -70,6 +70,7 @@ pub(crate) fn handed(result: Result<(i32, i64), HandoffError>) -> Finished {
         Ok(_) => Ok(true),
         Err(HandoffError::Shutdown) => Ok(false),
         Err(HandoffError::Fatal(reason)) => Err(Fatal(reason)),
+        Err(e @ HandoffError::Lost(_)) => Err(Fatal(e.to_string())),
         // The hand-offs make a refused record smaller or dead-letter it before this.
         Err(e @ HandoffError::TooLarge { .. }) => Err(Fatal(e.to_string())),
     }

@@ -11,35 +11,12 @@ use std::time::{Duration, Instant};
 
 use hookstream_kafka::rdkafka::consumer::{BaseConsumer, Consumer};
 use hookstream_store::outbox::NewEvent;
-use hookstream_testkit::process::{dispatcher_env, ServiceProcess};
+use hookstream_testkit::process::{admin_get as get, dispatcher_env, free_port, ServiceProcess};
 use hookstream_testkit::{eventually, Behaviour, Receiver, TestEnv};
 use serde_json::json;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
 mod common;
-
-/// `GET path` on the admin listener: the status code and the body (None: not answering).
-async fn get(port: u16, path: &str) -> Option<(u16, String)> {
-    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?;
-    stream
-        .write_all(format!("GET {path} HTTP/1.0\r\nhost: x\r\n\r\n").as_bytes())
-        .await
-        .ok()?;
-    let mut text = String::new();
-    stream.read_to_string(&mut text).await.ok()?;
-    let status = text.split_whitespace().nth(1)?.parse().ok()?;
-    let body = text.split("\r\n\r\n").nth(1).unwrap_or_default().to_string();
-    Some((status, body))
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_role_that_dies_at_run_time_fails_health_and_the_process_exits_non_zero() {

@@ -100,6 +100,7 @@ pub async fn run(
         maintenance::prune_idempotency_keys(pool.clone(), cfg.relay.clone(), shutdown.clone()),
     );
     let relay = Relay {
+        loss: hookstream_kafka::TopicLoss::new(&cfg.kafka),
         cfg,
         pool,
         producer,
@@ -134,6 +135,8 @@ struct Relay {
     /// The connection that holds the shard locks and runs every claim transaction.
     owner: Option<PgConnection>,
     shards: Vec<i32>,
+    /// Whether the events topic was lost while running (`hookstream_kafka::lost`).
+    loss: hookstream_kafka::TopicLoss,
 }
 
 /// What one batch did.
@@ -175,6 +178,13 @@ impl Relay {
                 Err(e) => {
                     let delay = backoff.next();
                     tracing::warn!(error = %e, backoff_ms = delay.as_millis() as u64, "batch failed, rows stay in the outbox");
+                    if matches!(e, RelayError::Kafka(_)) {
+                        // Rows would be claimed and timed out for ever if the topic is gone.
+                        tokio::select! {
+                            lost = self.loss.after_failure(&self.cfg.kafka.topics.events) => lost?,
+                            _ = self.shutdown.cancelled() => {}
+                        }
+                    }
                     if matches!(e, RelayError::Database(_) | RelayError::Store(_)) {
                         // The connection may be broken; its locks are gone with it then.
                         self.owner = None;

@@ -2,14 +2,13 @@
 //! itself when Kafka is back; nothing is lost. Runs its own broker (the shared one serves the
 //! other tests) with the project's stack script, on free ports.
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
 use hookstream_producer::Event;
 use hookstream_proto::{EventEnvelope, Message as _};
-use hookstream_testkit::process::{service_env, ServiceProcess};
+use hookstream_testkit::process::{free_port, service_env, ServiceProcess};
 use hookstream_testkit::{counts, eventually, TestEnv};
 use serde_json::json;
 
@@ -20,14 +19,6 @@ struct PrivateKafka {
     controller: u16,
     /// The stack's secured listeners (SASL_SSL, mutual TLS), on free ports of their own.
     secured: (u16, u16),
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 fn script() -> PathBuf {

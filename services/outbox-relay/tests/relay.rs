@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use hookstream_producer::{EnqueueError, Event};
 use hookstream_proto::{EventEnvelope, Message as _};
+use hookstream_store::outbox::NewEvent;
 use hookstream_store::sqlx;
 use hookstream_testkit::process::{service_env, ServiceProcess};
 use hookstream_testkit::{counts, eventually, TestEnv};
@@ -365,6 +366,61 @@ async fn a_missing_events_topic_is_refused_at_start_naming_it() {
         output.contains(&format!("topic {absent} does not exist")),
         "{output}"
     );
+}
+
+/// The events topic deleted while the relay runs: before, every batch timed out and was
+/// claimed again for ever with the relay healthy. Now the relay asks the broker, and once the
+/// topic has been gone for `lost::CONFIRM_FOR` it exits naming it; the rows wait in the
+/// outbox and are shipped when the topic is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_events_topic_deleted_at_run_time_stops_the_relay_naming_it_and_loses_nothing() {
+    let env = TestEnv::new(1).await.unwrap();
+    let tenant = env.tenant("t").await.unwrap();
+    let mut relay = spawn_relay(&env, "relay");
+    let events = env.kafka.topics.events.clone();
+    env.publish(&[NewEvent::new(tenant, "order.created", json!({ "n": 0 }))])
+        .await
+        .unwrap();
+    assert!(
+        eventually(Duration::from_secs(30), || async {
+            env.outbox_len().await.unwrap() == 0
+        })
+        .await,
+        "the relay ships"
+    );
+    env.delete_topic(&events).await.unwrap();
+    env.publish(&[NewEvent::new(tenant, "order.created", json!({ "n": 1 }))])
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    let code = tokio::time::timeout(Duration::from_secs(150), relay.wait())
+        .await
+        .unwrap_or_else(|_| {
+            panic!(
+                "still running: {}",
+                std::fs::read_to_string(env.log_path("relay")).unwrap()
+            )
+        });
+    let output = std::fs::read_to_string(env.log_path("relay")).unwrap();
+    assert_eq!(code, Some(1), "{output}");
+    assert!(
+        output.contains(&format!("topic {events} does not exist")),
+        "names the topic: {output}"
+    );
+    eprintln!("exited {:?} after the row was committed", started.elapsed());
+    assert_eq!(env.outbox_len().await.unwrap(), 1, "the row waits in the outbox");
+
+    env.create_main_topics().await.unwrap();
+    let _back = spawn_relay(&env, "back");
+    assert!(
+        eventually(Duration::from_secs(60), || async {
+            env.outbox_len().await.unwrap() == 0
+        })
+        .await,
+        "shipped once the topic is back"
+    );
+    let records = env.read_all(&events).await.unwrap();
+    assert_eq!(records.len(), 1, "the recreated topic holds the waiting event");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
