@@ -71,6 +71,8 @@ sealingKeys: /etc/hookstream/sealing-keys/keys
 {{- range list "database" "kafka" "telemetry" "relay" "delivery" "dispatcher" "retry" "dlq" "attempts" "api" }}
 {{- if not (kindIs "map" (get $cfg .)) }}{{ $_ := set $cfg . dict }}{{ end }}
 {{- end }}
+{{- /* Helm reads values as YAML 1.1, where an unquoted `log: off` is false. */}}
+{{- if and (hasKey $cfg.attempts "log") (kindIs "bool" $cfg.attempts.log) }}{{ $_ := set $cfg.attempts "log" "off" }}{{ end }}
 {{- $db := $cfg.database }}
 {{- if not (hasKey $db "migrate_on_start") }}
 {{- $_ := set $db "migrate_on_start" (not $v.migrations.enabled) }}
