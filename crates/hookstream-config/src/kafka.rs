@@ -11,6 +11,16 @@ use crate::{ConfigError, Validate};
 
 const DAY_MS: i64 = 86_400_000;
 
+/// The largest record the retry tiers and the DLQ accept (their `max.message.bytes`), and the
+/// largest a Hookstream producer sends (`message.max.bytes`). An events record of the relay's
+/// largest (`relay.max_record_bytes`, 1,000,000 by default, under the broker's default limit
+/// that the events topic keeps) grows on its way: a retry record adds a few fields, a dead
+/// letter its reason and up to 64 KiB of the last response. At the broker's default such a
+/// record would be refused; with 2 MiB it fits with room to spare. A record refused anyway
+/// (a topic made elsewhere with a lower limit) is made smaller by the dispatcher, never
+/// retried as it is. `kafka.client."message.max.bytes"` may not be set lower.
+pub const HANDOFF_RECORD_BYTES: usize = 2 * 1024 * 1024;
+
 /// librdkafka properties `kafka.client` may not set, and why: Hookstream's guarantees rest
 /// on them (no loss, no reordering, offsets stored only for finished work).
 pub const PROTECTED_CLIENT_KEYS: &[(&str, &str)] = &[
@@ -334,6 +344,19 @@ impl Validate for KafkaConfig {
             if let Some((_, why)) = PROTECTED_CLIENT_KEYS.iter().find(|(k, _)| *k == normalised) {
                 return err(format!("kafka.client.\"{key}\" cannot be overridden: {why}"));
             }
+            if normalised == "message.max.bytes" {
+                let value = &self.client[key];
+                match value.trim().parse::<usize>() {
+                    Ok(n) if n >= HANDOFF_RECORD_BYTES => {}
+                    _ => {
+                        return err(format!(
+                            "kafka.client.\"{key}\" must be a number of bytes of at least {HANDOFF_RECORD_BYTES}, not \
+                             {value:?}: a retry record or a dead letter carries a whole events record and more, and a \
+                             producer limit below that would dead-letter large events instead of retrying them"
+                        ))
+                    }
+                }
+            }
             if named.contains(&normalised.as_str()) {
                 return err(format!(
                     "kafka.client.\"{key}\" is set by kafka.security: set it there, once"
@@ -560,6 +583,22 @@ mod tests {
         }
         let mut cfg = KafkaConfig::default();
         cfg.client.insert("security.protocol".into(), "SASL_SSL".into());
+        cfg.validate().unwrap();
+    }
+
+    #[test]
+    fn a_producer_record_limit_below_what_hand_offs_carry_is_refused() {
+        for value in ["1000000", "2097151", "lots", ""] {
+            let mut cfg = KafkaConfig::default();
+            cfg.client.insert("Message.Max.Bytes".into(), value.into());
+            let err = cfg.validate().unwrap_err().to_string();
+            assert!(
+                err.contains("kafka.client.\"Message.Max.Bytes\"") && err.contains("2097152"),
+                "{value}: {err}"
+            );
+        }
+        let mut cfg = KafkaConfig::default();
+        cfg.client.insert("message.max.bytes".into(), "4194304".into());
         cfg.validate().unwrap();
     }
 

@@ -23,8 +23,8 @@ use serde::{Deserialize, Serialize};
 
 pub use database::DatabaseConfig;
 pub use kafka::{
-    KafkaConfig, KafkaSecurity, TopicSettings, TopicsConfig, PROTECTED_CLIENT_KEYS, SASL_MECHANISMS,
-    SECURITY_PROTOCOLS,
+    KafkaConfig, KafkaSecurity, TopicSettings, TopicsConfig, HANDOFF_RECORD_BYTES, PROTECTED_CLIENT_KEYS,
+    SASL_MECHANISMS, SECURITY_PROTOCOLS,
 };
 pub use retry::{human_delay, RetryConfig, Tier, HOPS_PER_DELAY, RETRY_AFTER_CAP_LIMIT_MS};
 pub use secrets::SecretsConfig;

@@ -97,15 +97,9 @@ impl TopicSpec {
     }
 }
 
-/// The largest record the retry tiers and the DLQ accept (their `max.message.bytes`), and the
-/// largest a Hookstream producer sends (`message.max.bytes`). An events record of the relay's
-/// largest (`relay.max_record_bytes`, 1,000,000 by default, under the broker's default limit
-/// that the events topic keeps) grows on its way: a retry record adds a few fields, a dead
-/// letter its reason and up to 64 KiB of the last response. At the broker's default such a
-/// record would be refused; with 2 MiB it fits with room to spare. A record refused anyway
-/// (a topic made elsewhere with a lower limit) is made smaller by the dispatcher, never
-/// retried as it is.
-pub const HANDOFF_RECORD_BYTES: usize = 2 * 1024 * 1024;
+/// The largest record the retry tiers and the DLQ accept, and the least a producer's
+/// `message.max.bytes` may be (`hookstream_config`, where configuration checks it).
+pub use hookstream_config::HANDOFF_RECORD_BYTES;
 
 /// The events, DLQ and attempts topics, as `kafka.topic_settings` says.
 pub fn main_specs(kafka: &KafkaConfig) -> Vec<TopicSpec> {

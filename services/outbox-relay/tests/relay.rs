@@ -323,9 +323,10 @@ async fn first_quarantined_rest_shipped(env: &TestEnv, ids: &[Uuid], reason: &st
     assert_eq!(shipped, behind, "the rows behind it were shipped, in order");
 }
 
-/// A record the producer itself refuses (an operator's `kafka.client` lowers
-/// `message.max.bytes` under `relay.max_record_bytes`) is quarantined as well; failing the batch
-/// would claim the same row first again, for good.
+/// A record the producer itself refuses is quarantined as well; failing the batch would claim
+/// the same row first again, for good. Configuration no longer lets `kafka.client` lower
+/// `message.max.bytes` under what hand-offs carry (so under `relay.max_record_bytes`); this
+/// config is built in code, past that check, to keep the defence tested.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_row_the_producer_refuses_is_quarantined_and_the_rows_behind_it_flow() {
     let env = TestEnv::new(1).await.unwrap();
