@@ -126,6 +126,7 @@ refuse "the retry role run nowhere" "runs in 0 Deployments" --set dispatcherRetr
 refuse "a KEDA trigger override of the topic" "extraMetadata|topic" \
   --set dispatcher.autoscaling.keda.extraMetadata.topic=other
 refuse "a negative lagThreshold" "lagThreshold" --set dispatcher.autoscaling.keda.lagThreshold=-5
+refuse "a plain-http portal URL off loopback" "portal_url" --set config.api.portal_url=http://portal.example.com/portal
 cat >"$WORK/protected.yaml" <<EOF
 sealingKeys: {keys: ["$KEY"]}
 config: {kafka: {client: {"enable.idempotence": "false"}}}

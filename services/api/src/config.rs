@@ -176,11 +176,24 @@ impl Validate for ApiSettings {
                 "api.recover_rate_per_s must be at least one delivery a day (1/86400 per second)".into(),
             );
         }
-        if url::Url::parse(&self.portal_url).map_or(true, |u| !matches!(u.scheme(), "http" | "https")) {
-            return err(format!(
-                "api.portal_url must be an http(s) URL, not {:?}",
-                self.portal_url
-            ));
+        match url::Url::parse(&self.portal_url) {
+            Ok(u) if u.scheme() == "https" => {}
+            // Plain http only where nothing crosses a network: the session cookie would travel
+            // in clear and without `Secure`.
+            Ok(u) if u.scheme() == "http" && is_loopback(&u) => {}
+            Ok(u) if u.scheme() == "http" => {
+                return err(format!(
+                    "api.portal_url must be https unless its host is loopback, not {:?}: over plain http the \
+                     portal's session cookie travels in clear (put the portal behind TLS and give its https URL)",
+                    self.portal_url
+                ))
+            }
+            _ => {
+                return err(format!(
+                    "api.portal_url must be an http(s) URL, not {:?}",
+                    self.portal_url
+                ))
+            }
         }
         for o in &self.cors_allowed_origins {
             if o.parse::<axum::http::HeaderValue>().is_err()
@@ -212,6 +225,16 @@ impl Validate for Config {
     }
 }
 
+/// Whether a URL's host is this machine (`localhost`, 127.0.0.0/8 or ::1).
+fn is_loopback(u: &url::Url) -> bool {
+    match u.host() {
+        Some(url::Host::Domain(d)) => d.eq_ignore_ascii_case("localhost"),
+        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+        None => false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -240,6 +263,14 @@ mod tests {
             ("[api]\nmessage_writers = 0\n", "api.message_writers"),
             ("[api]\nmessage_batch_rows = 5000\n", "api.message_batch_rows"),
             ("[api]\nportal_url = \"ftp://x\"\n", "api.portal_url"),
+            (
+                "[api]\nportal_url = \"http://portal.example.com/portal\"\n",
+                "api.portal_url must be https unless its host is loopback",
+            ),
+            (
+                "[api]\nportal_url = \"http://10.0.0.5:8080/portal\"\n",
+                "api.portal_url must be https",
+            ),
             ("[api]\nportal_link_ttl_s = 0\n", "api.portal_link_ttl_s"),
             ("[api]\nportal_session_ttl_s = 0\n", "api.portal_session_ttl_s"),
             ("[api.rate_limit]\nburst = 0\n", "api.rate_limit.burst"),
@@ -265,5 +296,18 @@ mod tests {
             parse_token_hash(&ok.api.operator_token_hashes[0]).unwrap(),
             [0xab; 32]
         );
+    }
+
+    #[test]
+    fn plain_http_portal_urls_are_taken_on_loopback_only() {
+        for url in [
+            "https://portal.example.com/portal",
+            "http://127.0.0.1:8080/portal",
+            "http://127.3.0.1/portal",
+            "http://LOCALHOST:8080/portal",
+            "http://[::1]:8080/portal",
+        ] {
+            load(&format!("[api]\nportal_url = \"{url}\"\n")).unwrap_or_else(|e| panic!("{url}: {e}"));
+        }
     }
 }
