@@ -3,7 +3,8 @@
 //! exports its lag, waits out a database it cannot log in to, and catches up storing every
 //! attempt once; a sink process SIGKILLed while it stores loses nothing and stores nothing
 //! twice; while the runtime that delivers is kept busy, the sink stores nothing, and it stores
-//! everything once that eases.
+//! everything once that eases; a sink whose consumer fails while the database is away says so
+//! at once, not when the database is back.
 
 use std::path::Path;
 use std::time::Duration;
@@ -166,6 +167,70 @@ async fn delivery_goes_on_without_the_sink_which_lags_waits_out_the_database_and
 
     sink.token.cancel();
     sink.task.await.unwrap().expect("the sink stops cleanly");
+    delivery.cancel();
+    sqlx::query(&format!("DROP ROLE IF EXISTS {role}"))
+        .execute(&env.pool)
+        .await
+        .ok();
+}
+
+/// The sink's consumer fails (its topic deleted) while its writes wait out a database outage.
+/// Before `d047d06` the sink's task waited for its writer, whose last handles the consumer's
+/// stuck tasks held until the database came back: `/healthz` stayed green for the whole
+/// outage. The consumer's failure is now reported first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sink_whose_consumer_fails_during_a_database_outage_reports_it_at_once() {
+    let env = TestEnv::new(1).await.unwrap();
+    let tenant = env.tenant("t").await.unwrap();
+    let receiver = Receiver::start(Behaviour::Ok).await;
+    env.endpoint(tenant, &receiver, &[]).await.unwrap();
+    let delivery = start_delivery(&env);
+    let (role, database) = env.login_role("sink").await.unwrap();
+    let mut cfg = common::dispatcher_config(&env);
+    cfg.database = database;
+    let sink = sink_in_process(cfg);
+    publish(&env, tenant, 100, 0).await;
+    assert!(
+        eventually(Duration::from_secs(60), || async { stored(&env).await.0 == 100 }).await,
+        "the sink stores"
+    );
+
+    env.set_reachable(&role, false).await.unwrap();
+    publish(&env, tenant, 100, 100).await;
+    assert!(
+        eventually(Duration::from_secs(60), || async {
+            receiver.distinct().0.len() == 200
+        })
+        .await,
+        "delivered while the sink cannot write"
+    );
+    // The sink has read some of the new attempts and waits to write them.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    env.delete_topic(&env.kafka.topics.attempts).await.unwrap();
+    let started = std::time::Instant::now();
+    assert!(
+        eventually(Duration::from_secs(120), || async {
+            sink.health.failure().is_some()
+        })
+        .await,
+        "the failed consumer is reported while the database is still away"
+    );
+    let failure = sink.health.failure().unwrap();
+    eprintln!(
+        "reported {:?} after the topic was deleted: {failure}",
+        started.elapsed()
+    );
+    assert!(
+        failure.contains(&format!("topic {} does not exist", env.kafka.topics.attempts)),
+        "{failure}"
+    );
+    assert_eq!(stored(&env).await.0, 100, "the database was away all along");
+    let ended = tokio::time::timeout(Duration::from_secs(60), sink.task)
+        .await
+        .expect("the sink's process ends");
+    assert!(ended.unwrap().is_err(), "with an error");
+
+    env.set_reachable(&role, true).await.unwrap();
     delivery.cancel();
     sqlx::query(&format!("DROP ROLE IF EXISTS {role}"))
         .execute(&env.pool)
