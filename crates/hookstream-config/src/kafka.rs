@@ -48,6 +48,11 @@ pub const PROTECTED_CLIENT_KEYS: &[(&str, &str)] = &[
         "group.id",
         "set kafka.group_id, retry.group_id or dlq.sink_group_id instead",
     ),
+    (
+        "allow.auto.create.topics",
+        "Hookstream's topics are made by `hookstream topics create` with the settings they need; one a client \
+         creates gets the broker's defaults",
+    ),
     ("bootstrap.servers", "set kafka.brokers instead"),
     ("metadata.broker.list", "set kafka.brokers instead"),
     (
@@ -575,6 +580,7 @@ mod tests {
             "enable.auto.offset.store",
             "Enable.Auto.Commit",
             "auto.offset.reset",
+            "allow.auto.create.topics",
         ] {
             let mut cfg = KafkaConfig::default();
             cfg.client.insert(key.into(), "false".into());

@@ -10,7 +10,11 @@ use rdkafka::config::ClientConfig;
 /// The brokers, then `kafka.security`, then the operator's overrides (applied last).
 fn base(cfg: &KafkaConfig) -> ClientConfig {
     let mut c = ClientConfig::new();
-    c.set("bootstrap.servers", &cfg.brokers);
+    c.set("bootstrap.servers", &cfg.brokers)
+        // A producer's default is true: on a broker with auto-creation on, a hand-off to a
+        // deleted topic would create it with the broker's defaults (one partition, no
+        // append-time timestamps, a 1 MB limit) instead of finding it lost (`lost.rs`).
+        .set("allow.auto.create.topics", "false");
     match cfg.security.client_properties() {
         Ok(props) => {
             for (k, v) in props {

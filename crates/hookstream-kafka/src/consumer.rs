@@ -312,8 +312,9 @@ impl<H: Handler> Member<H> {
         let mut lag_tick = tokio::time::interval(LAG_EVERY);
         lag_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut measuring: Option<tokio::task::JoinHandle<Result<lag::Measured, KafkaError>>> = None;
-        // Whether a consumer error meant a topic is lost (`lost.rs`), asked off the loop.
-        let mut checking: Option<tokio::task::JoinHandle<Result<(), crate::TopicError>>> = None;
+        // Whether a consumer error meant a topic is lost (`lost.rs`), asked off the loop until
+        // the broker has found every topic again; aborted when the loop ends.
+        let mut checking: tokio::task::JoinSet<Result<(), crate::TopicError>> = tokio::task::JoinSet::new();
         // Since when the ready queue has been full without a pause (see the module docs).
         let mut full_since: Option<tokio::time::Instant> = None;
         loop {
@@ -365,20 +366,14 @@ impl<H: Handler> Member<H> {
                                 return Err(ConsumerError::Fatal { role: self.role, reason: format!("{code:?}: {reason}") });
                             }
                             tracing::warn!(role = self.role, error = %e, "kafka consumer error");
-                            if checking.is_none() && crate::lost::may_be_lost(&e) {
+                            if checking.is_empty() && crate::lost::may_be_lost(&e) {
                                 let (loss, topics) = (self.loss.clone(), self.topics.clone());
-                                checking = Some(tokio::spawn(async move {
-                                    for topic in &topics {
-                                        loss.after_failure(topic).await?;
-                                    }
-                                    Ok(())
-                                }));
+                                checking.spawn(async move { loss.watch(&topics).await });
                             }
                         }
                     }
                 }
-                checked = async { checking.as_mut().expect("guarded").await }, if checking.is_some() => {
-                    checking = None;
+                Some(checked) = checking.join_next(), if !checking.is_empty() => {
                     match checked {
                         Ok(Ok(())) => {}
                         Ok(Err(lost)) => return Err(ConsumerError::Fatal { role: self.role, reason: lost.to_string() }),

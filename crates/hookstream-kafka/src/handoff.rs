@@ -126,7 +126,7 @@ pub async fn produce_until_acked(
                 }
                 tracing::warn!(error = %e, topic, "record not acknowledged, retrying");
                 tokio::select! {
-                    lost = producer.loss.after_failure(topic) => lost.map_err(HandoffError::Lost)?,
+                    lost = producer.loss.after_failure(topic) => { lost.map_err(HandoffError::Lost)?; }
                     _ = shutdown.cancelled() => return Err(HandoffError::Shutdown),
                 }
             }

@@ -229,34 +229,38 @@ pub async fn check_exist(cfg: &KafkaConfig, names: &[String]) -> Result<(), Topi
     let names = names.to_vec();
     tokio::task::spawn_blocking(move || {
         let consumer: BaseConsumer = client_config(&cfg).create()?;
-        for name in &names {
-            let md = consumer.fetch_metadata(Some(name), Duration::from_secs(10))?;
-            let code = md
-                .topics()
-                .iter()
-                .find(|t| t.name() == name)
-                .map(|t| t.error().map(RDKafkaErrorCode::from));
-            match code {
-                // Present (a partition without a leader yet is waited for by the producer).
-                Some(None | Some(RDKafkaErrorCode::LeaderNotAvailable)) => {}
-                None | Some(Some(RDKafkaErrorCode::UnknownTopicOrPartition)) => {
-                    return Err(TopicError::Missing(name.clone()))
-                }
-                Some(Some(RDKafkaErrorCode::TopicAuthorizationFailed)) => {
-                    return Err(TopicError::Unauthorized(name.clone()))
-                }
-                Some(Some(code)) => {
-                    return Err(TopicError::Config {
-                        topic: name.clone(),
-                        code,
-                    })
-                }
-            }
-        }
-        Ok(())
+        names
+            .iter()
+            .try_for_each(|name| exists(&consumer, name, Duration::from_secs(10)))
     })
     .await
     .map_err(|e| TopicError::Internal(e.to_string()))?
+}
+
+/// Whether the broker has topic `name` and lets this client use it, from its metadata
+/// (blocking, at most `timeout`): `Missing`, `Unauthorized`, or another error when it cannot
+/// tell.
+pub(crate) fn exists(consumer: &BaseConsumer, name: &str, timeout: Duration) -> Result<(), TopicError> {
+    let md = consumer.fetch_metadata(Some(name), timeout)?;
+    let code = md
+        .topics()
+        .iter()
+        .find(|t| t.name() == name)
+        .map(|t| t.error().map(RDKafkaErrorCode::from));
+    match code {
+        // Present (a partition without a leader yet is waited for by the producer).
+        Some(None | Some(RDKafkaErrorCode::LeaderNotAvailable)) => Ok(()),
+        None | Some(Some(RDKafkaErrorCode::UnknownTopicOrPartition)) => {
+            Err(TopicError::Missing(name.to_string()))
+        }
+        Some(Some(RDKafkaErrorCode::TopicAuthorizationFailed)) => {
+            Err(TopicError::Unauthorized(name.to_string()))
+        }
+        Some(Some(code)) => Err(TopicError::Config {
+            topic: name.to_string(),
+            code,
+        }),
+    }
 }
 
 /// The current configuration of each topic (name → key → value); a missing topic is an error.

@@ -181,7 +181,7 @@ impl Relay {
                     if matches!(e, RelayError::Kafka(_)) {
                         // Rows would be claimed and timed out for ever if the topic is gone.
                         tokio::select! {
-                            lost = self.loss.after_failure(&self.cfg.kafka.topics.events) => lost?,
+                            lost = self.loss.after_failure(&self.cfg.kafka.topics.events) => { lost?; }
                             _ = self.shutdown.cancelled() => {}
                         }
                     }
