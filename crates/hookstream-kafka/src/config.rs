@@ -78,3 +78,22 @@ pub fn consumer_config(cfg: &KafkaConfig, group_id: &str) -> ClientConfig {
         .set("partition.assignment.strategy", "cooperative-sticky");
     c
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A client that may create topics would, on a broker with auto-creation on, make a deleted
+    /// topic again with the broker's defaults instead of finding it lost (`lost.rs`).
+    #[test]
+    fn no_client_creates_topics() {
+        let cfg = KafkaConfig::default();
+        for (what, c) in [
+            ("client", client_config(&cfg)),
+            ("producer", producer_config(&cfg, Duration::from_secs(30))),
+            ("consumer", consumer_config(&cfg, "g")),
+        ] {
+            assert_eq!(c.get("allow.auto.create.topics"), Some("false"), "{what}");
+        }
+    }
+}

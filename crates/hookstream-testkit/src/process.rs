@@ -68,6 +68,19 @@ impl ServiceProcess {
     pub fn is_running(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
     }
+
+    /// Polls its `/healthz` (admin listener on `port`) until it answers 503, for at most
+    /// `within` and while it runs; the 503's body (the reason), or `None`.
+    pub async fn unhealthy_within(&mut self, port: u16, within: std::time::Duration) -> Option<String> {
+        let started = std::time::Instant::now();
+        while started.elapsed() < within && self.is_running() {
+            if let Some((503, body)) = admin_get(port, "/healthz").await {
+                return Some(body);
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        None
+    }
 }
 
 /// The configuration environment shared by every service of a test.

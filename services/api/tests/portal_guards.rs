@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use chrono::{TimeDelta, Utc};
 use hookstream_store::endpoint_admin::{self, ManagedEndpoint};
 use hookstream_store::sqlx;
-use hookstream_testkit::{Behaviour, Receiver, TestEnv};
+use hookstream_testkit::{eventually, Behaviour, Receiver, TestEnv};
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 use uuid::Uuid;
@@ -338,19 +338,6 @@ async fn current_secret(env: &TestEnv, ep: Uuid) -> String {
         .expose()
 }
 
-/// Waits (60 s at most) until `check` holds; panics saying `what` otherwise.
-async fn wait_until<F, Fut>(what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let start = Instant::now();
-    while !check().await {
-        assert!(start.elapsed() < Duration::from_secs(60), "{what} within 60 s");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_read_only_session_changes_nothing_on_any_write_route() {
     let env = TestEnv::new(1).await.unwrap();
@@ -375,17 +362,20 @@ async fn a_read_only_session_changes_nothing_on_any_write_route() {
     )
     .await;
     // Delivered (and failed) to the two enabled endpoints, both dead-lettered.
-    wait_until("the event's two dead letters", || async {
-        let n: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM hookstream.dead_letters WHERE event_id = $1 AND replayed_at IS NULL",
-        )
-        .bind(event)
-        .fetch_one(&env.pool)
-        .await
-        .unwrap();
-        n == 2 && receiver.count() == 2
-    })
-    .await;
+    assert!(
+        eventually(Duration::from_secs(60), || async {
+            let n: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM hookstream.dead_letters WHERE event_id = $1 AND replayed_at IS NULL",
+            )
+            .bind(event)
+            .fetch_one(&env.pool)
+            .await
+            .unwrap();
+            n == 2 && receiver.count() == 2
+        })
+        .await,
+        "the event's two dead letters within 60 s"
+    );
     let ids = Ids {
         ep,
         ep_url: shown["url"].as_str().unwrap().to_string(),
@@ -622,11 +612,14 @@ async fn markup_from_tenants_and_receivers_is_escaped() {
     let b = Browser::open(&api, "acme", false).await;
     // The dispatcher delivers the event; the receiver's 400 is recorded with its response.
     let event_page = format!("/portal/events/{event}");
-    wait_until("the failed attempt on the event's page", || async {
-        let r = b.get(&event_page).await;
-        r.body.contains("HTTP 400") && r.body.contains("class=\"status bad\">failed")
-    })
-    .await;
+    assert!(
+        eventually(Duration::from_secs(60), || async {
+            let r = b.get(&event_page).await;
+            r.body.contains("HTTP 400") && r.body.contains("class=\"status bad\">failed")
+        })
+        .await,
+        "the failed attempt on the event's page within 60 s"
+    );
 
     let text = |label: &str| escaped(&markup(label));
     let url_shown = escaped(&url);

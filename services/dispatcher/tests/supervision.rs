@@ -7,7 +7,7 @@
 //! shutdown and `/healthz` said ok while its records waited for retention to delete them.
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use hookstream_kafka::rdkafka::consumer::{BaseConsumer, Consumer};
 use hookstream_store::outbox::NewEvent;
@@ -79,16 +79,10 @@ async fn a_role_that_dies_at_run_time_fails_health_and_the_process_exits_non_zer
     });
 
     // The fenced role fails the process's health while the rest drains...
-    let started = Instant::now();
-    let mut unhealthy = None;
-    while started.elapsed() < Duration::from_secs(60) && dispatcher.is_running() {
-        if let Some((503, body)) = get(port, "/healthz").await {
-            unhealthy = Some(body);
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let body = unhealthy.expect("/healthz turned 503 before the process exited");
+    let body = dispatcher
+        .unhealthy_within(port, Duration::from_secs(60))
+        .await
+        .expect("/healthz turned 503 before the process exited");
     assert!(body.contains("retry role"), "the reason names the role: {body}");
     assert_eq!(
         get(port, "/readyz").await.map(|r| r.0),

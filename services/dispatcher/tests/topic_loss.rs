@@ -55,14 +55,7 @@ async fn a_dlq_topic_deleted_at_run_time_stops_the_dispatcher_naming_it_and_lose
     // producer's timeout (30 s), the confirmation (20 s) and a drain, the process says why and
     // exits.
     let started = Instant::now();
-    let mut unhealthy = None;
-    while started.elapsed() < Duration::from_secs(150) && dispatcher.is_running() {
-        if let Some((503, body)) = admin_get(port, "/healthz").await {
-            unhealthy = Some(body);
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let unhealthy = dispatcher.unhealthy_within(port, Duration::from_secs(150)).await;
     let body = unhealthy.unwrap_or_else(|| {
         panic!(
             "/healthz did not turn 503 within {:?}: {}",
