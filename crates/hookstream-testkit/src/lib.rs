@@ -8,6 +8,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod broker;
 pub mod busy;
 pub mod fixtures;
 pub mod process;
@@ -54,6 +55,11 @@ fn brokers() -> String {
 impl TestEnv {
     /// Creates database `hs_test_<id>` (migrated) and topics `test.<id>.*`.
     pub async fn new(partitions: i32) -> anyhow::Result<Self> {
+        Self::on_brokers(partitions, &brokers()).await
+    }
+
+    /// `new`, on the Kafka at `brokers` (a test's private broker) instead of the shared one.
+    pub async fn on_brokers(partitions: i32, brokers: &str) -> anyhow::Result<Self> {
         let id = Uuid::new_v4().simple().to_string()[..12].to_string();
         let name = format!("hs_test_{id}");
         let base = base_database_url();
@@ -81,7 +87,7 @@ impl TestEnv {
             attempts: format!("test.{id}.attempts"),
         };
         let kafka = KafkaConfig {
-            brokers: brokers(),
+            brokers: brokers.to_string(),
             topics: topics.clone(),
             group_id: format!("test.{id}.dispatcher"),
             ..Default::default()

@@ -1,74 +1,20 @@
 //! Kafka stopped for 30 seconds under load: the backlog grows in the outbox, then drains by
-//! itself when Kafka is back; nothing is lost. Runs its own broker (the shared one serves the
-//! other tests) with the project's stack script, on free ports.
+//! itself when Kafka is back; nothing is lost. Runs its own broker (`testkit::broker`).
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 use std::time::Duration;
 
 use hookstream_producer::Event;
 use hookstream_proto::{EventEnvelope, Message as _};
-use hookstream_testkit::process::{free_port, service_env, ServiceProcess};
+use hookstream_testkit::broker::PrivateKafka;
+use hookstream_testkit::process::{service_env, ServiceProcess};
 use hookstream_testkit::{counts, eventually, TestEnv};
 use serde_json::json;
-
-/// A private single-node Kafka, stopped when dropped.
-struct PrivateKafka {
-    state: PathBuf,
-    port: u16,
-    controller: u16,
-    /// The stack's secured listeners (SASL_SSL, mutual TLS), on free ports of their own.
-    secured: (u16, u16),
-}
-
-fn script() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/stack/kafka.sh")
-}
-
-impl PrivateKafka {
-    fn start() -> Self {
-        let state = std::env::temp_dir().join(format!("hookstream-kafka-{}", uuid::Uuid::new_v4().simple()));
-        let k = Self {
-            state,
-            port: free_port(),
-            controller: free_port(),
-            secured: (free_port(), free_port()),
-        };
-        k.run("start");
-        k
-    }
-
-    fn run(&self, action: &str) {
-        let status = Command::new("bash")
-            .arg(script())
-            .arg(action)
-            .env("HOOKSTREAM_STATE_DIR", &self.state)
-            .env("HOOKSTREAM_KAFKA_PORT", self.port.to_string())
-            .env("HOOKSTREAM_KAFKA_CONTROLLER_PORT", self.controller.to_string())
-            .env("HOOKSTREAM_KAFKA_SASL_PORT", self.secured.0.to_string())
-            .env("HOOKSTREAM_KAFKA_MTLS_PORT", self.secured.1.to_string())
-            .status()
-            .expect("run kafka.sh");
-        assert!(status.success(), "kafka.sh {action} failed");
-    }
-
-    fn brokers(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
-    }
-}
-
-impl Drop for PrivateKafka {
-    fn drop(&mut self) {
-        self.run("stop");
-        let _ = std::fs::remove_dir_all(&self.state);
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kafka_down_for_thirty_seconds_under_load_loses_nothing() {
     let kafka = PrivateKafka::start();
-    std::env::set_var("HOOKSTREAM_TEST_KAFKA_BROKERS", kafka.brokers());
-    let env = TestEnv::new(3).await.unwrap();
+    let env = TestEnv::on_brokers(3, &kafka.brokers()).await.unwrap();
     let tenant = env.tenant("t").await.unwrap();
     let mut vars = service_env(&env);
     vars.push(("HOOKSTREAM_RELAY__MAX_BACKOFF_MS".into(), "2000".into()));
@@ -110,7 +56,7 @@ async fn kafka_down_for_thirty_seconds_under_load_loses_nothing() {
         .await
     );
 
-    kafka.run("stop");
+    kafka.stop();
     let down = std::time::Instant::now();
     while down.elapsed() < Duration::from_secs(30) {
         published.extend(publish(100).await);
@@ -121,7 +67,7 @@ async fn kafka_down_for_thirty_seconds_under_load_loses_nothing() {
         backlog >= 5_000,
         "rows stay in the outbox while Kafka is down (backlog {backlog})"
     );
-    kafka.run("start");
+    kafka.resume();
     assert!(
         eventually(Duration::from_secs(90), || async {
             env.outbox_len().await.unwrap() == 0
