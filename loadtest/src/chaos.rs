@@ -823,14 +823,37 @@ const SINK_STALL: Duration = Duration::from_secs(60);
 /// And this long in all (it drains a backlog slowly: docs/benchmarks.md).
 const SINK_DRAIN_CAP: Duration = Duration::from_secs(3_600);
 
-/// DLQ records on the topic, and rows stored.
-async fn sink_progress(env: &TestEnv) -> (i64, i64) {
-    let records = env
-        .end_offsets(&env.kafka.topics.dlq)
-        .await
-        .map(|v| v.iter().sum())
-        .unwrap_or(i64::MAX);
-    (records, dead_letter_rows(&env.pool).await.unwrap_or(-1))
+/// Where the DLQ sink stands: records on the topic, records the sink has finished (its
+/// group's committed offsets: stored, or found stored already), and rows stored. The kills
+/// hand some dead letters off twice and the sink stores each once, so rows alone never
+/// reach the records.
+#[derive(Debug, Clone, Copy)]
+struct SinkProgress {
+    records: i64,
+    finished: i64,
+    rows: i64,
+    /// Every partition's committed offset at its end.
+    done: bool,
+}
+
+async fn sink_progress(env: &TestEnv) -> SinkProgress {
+    let topic = &env.kafka.topics.dlq;
+    let ends = env.end_offsets(topic).await.ok();
+    let committed = env.group_offsets(&env.dlq_sink_group(), topic).await.ok();
+    let (records, finished, done) = match (ends, committed) {
+        (Some(e), Some(c)) if e.len() == c.len() => (
+            e.iter().sum(),
+            c.iter().map(|o| (*o).max(0)).sum(),
+            e.iter().zip(&c).all(|(e, c)| *e == 0 || c == e),
+        ),
+        _ => (i64::MAX, -1, false),
+    };
+    SinkProgress {
+        records,
+        finished,
+        rows: dead_letter_rows(&env.pool).await.unwrap_or(-1),
+        done,
+    }
 }
 
 /// After the producers stopped: waits until every committed event was delivered to every
@@ -852,9 +875,9 @@ async fn drain_pipeline(
         receivers.iter().map(|r| (r.0, r.2.clone())).collect();
     let stopped = Instant::now();
     let deadline = stopped + Duration::from_secs(d.args.deadline_s);
-    let (records, rows) = sink_progress(env).await;
+    let sink = sink_progress(env).await;
     let mut out = Drained {
-        sink_backlog: records - rows,
+        sink_backlog: sink.records - sink.finished,
         ..Default::default()
     };
     eprintln!(
@@ -882,21 +905,29 @@ async fn drain_pipeline(
             break;
         }
     }
-    let (mut last_rows, mut progressed) = (-1, Instant::now());
+    let (mut last_finished, mut progressed) = (-1, Instant::now());
     loop {
-        let (records, rows) = sink_progress(env).await;
-        if rows >= records {
+        let sink = sink_progress(env).await;
+        if sink.done {
             out.dead_letters_s = Some(stopped.elapsed().as_secs_f64());
-            eprintln!("[chaos] {:.1} s: every dead letter stored", d.t_s());
+            eprintln!(
+                "[chaos] {:.1} s: every dead letter stored ({} records, {} rows)",
+                d.t_s(),
+                sink.records,
+                sink.rows
+            );
             return Ok(out);
         }
-        if rows > last_rows {
-            (last_rows, progressed) = (rows, Instant::now());
+        if sink.finished > last_finished {
+            (last_finished, progressed) = (sink.finished, Instant::now());
         }
         if progressed.elapsed() >= SINK_STALL || stopped.elapsed() >= SINK_DRAIN_CAP {
             eprintln!(
-                "[chaos] {:.1} s: the DLQ sink stopped at {rows} of {records} dead letters",
-                d.t_s()
+                "[chaos] {:.1} s: the DLQ sink stopped at {} of {} dead-letter records ({} rows)",
+                d.t_s(),
+                sink.finished,
+                sink.records,
+                sink.rows
             );
             return Ok(out);
         }
