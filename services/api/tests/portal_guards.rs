@@ -43,8 +43,8 @@ struct Browser<'a> {
 /// An answer of the portal.
 struct Page {
     status: StatusCode,
-    /// Whether the answer sets a cookie.
-    sets_cookie: bool,
+    /// The cookie the answer sets, if any.
+    set_cookie: Option<String>,
     body: String,
 }
 
@@ -63,7 +63,10 @@ impl<'a> Browser<'a> {
     async fn answer(r: reqwest::Response) -> Page {
         Page {
             status: r.status(),
-            sets_cookie: r.headers().contains_key("set-cookie"),
+            set_cookie: r
+                .headers()
+                .get("set-cookie")
+                .map(|v| v.to_str().unwrap().to_string()),
             body: r.text().await.unwrap(),
         }
     }
@@ -790,7 +793,7 @@ async fn session_expiry(env: &TestEnv, cookie: &str) -> Option<chrono::DateTime<
 }
 
 /// A request of a session that has ended: 401, the signed-out page (nothing of the tenant, no
-/// form), and no cookie set.
+/// form), and the dead cookie deleted (no other set).
 fn assert_refused(what: &str, r: &Page, csrf: &str) {
     assert_eq!(r.status, StatusCode::UNAUTHORIZED, "{what}:\n{}", r.body);
     assert!(
@@ -800,7 +803,11 @@ fn assert_refused(what: &str, r: &Page, csrf: &str) {
     );
     assert!(!r.body.contains("Acme"), "{what} names the tenant:\n{}", r.body);
     assert!(!r.body.contains(csrf), "{what} carries the session's token");
-    assert!(!r.sets_cookie, "{what} sets a cookie");
+    assert_eq!(
+        r.set_cookie.as_deref(),
+        Some(api::portal::CLEAR_COOKIE),
+        "{what} deletes the dead cookie and sets none"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

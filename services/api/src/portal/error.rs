@@ -11,8 +11,11 @@ use crate::error::ApiError;
 
 #[derive(Debug)]
 pub enum PortalError {
-    /// No session cookie, or one that expired or was ended.
+    /// No session cookie (or two: see `session::cookie_value`).
     NoSession,
+    /// A session cookie whose session expired or was ended: refused like `NoSession`, and the
+    /// cookie is deleted.
+    SessionEnded,
     /// A login link that cannot start a session.
     Link(LinkRefused),
     /// A read-only session asked to change something.
@@ -40,14 +43,20 @@ impl From<StoreError> for PortalError {
 
 pub type PortalResult<T = Response> = Result<T, PortalError>;
 
+const SIGNED_OUT: &str = "Your portal session has ended or was never started. Ask for a new portal link.";
+
 impl IntoResponse for PortalError {
     fn into_response(self) -> Response {
         let (status, title, detail): (StatusCode, &str, String) = match self {
-            PortalError::NoSession => (
-                StatusCode::UNAUTHORIZED,
-                "Signed out",
-                "Your portal session has ended or was never started. Ask for a new portal link.".into(),
-            ),
+            PortalError::NoSession => (StatusCode::UNAUTHORIZED, "Signed out", SIGNED_OUT.into()),
+            PortalError::SessionEnded => {
+                let mut r = layout::error_page(StatusCode::UNAUTHORIZED, "Signed out", SIGNED_OUT);
+                r.headers_mut().insert(
+                    header::SET_COOKIE,
+                    HeaderValue::from_static(super::session::CLEAR_COOKIE),
+                );
+                return r;
+            }
             PortalError::Link(LinkRefused::Unknown) => (
                 StatusCode::UNAUTHORIZED,
                 "Invalid link",

@@ -29,7 +29,7 @@ use axum::response::Response;
 use axum::routing::{get, post};
 use axum::Router;
 
-pub use session::PortalState;
+pub use session::{PortalState, CLEAR_COOKIE};
 
 use crate::AppState;
 

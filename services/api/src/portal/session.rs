@@ -31,6 +31,11 @@ use crate::AppState;
 /// The session cookie's name.
 pub const COOKIE: &str = "hs_portal";
 
+/// Deletes the session cookie: sent at logout, and with every refusal of a cookie whose
+/// session has ended (expired, signed out, its token revoked), so the browser stops sending a
+/// dead id.
+pub const CLEAR_COOKIE: &str = "hs_portal=; Path=/portal; HttpOnly; SameSite=Strict; Max-Age=0";
+
 /// What the portal keeps in memory: the per-session request rate.
 pub struct PortalState {
     limiter: Option<DefaultKeyedRateLimiter<[u8; 32]>>,
@@ -100,7 +105,7 @@ impl FromRequestParts<AppState> for Session {
         let id = cookie_value(&parts.headers).ok_or(PortalError::NoSession)?;
         let grant = portal::find_session(&state.pool, &id)
             .await?
-            .ok_or(PortalError::NoSession)?;
+            .ok_or(PortalError::SessionEnded)?;
         // Rated per live session only: keyed by any cookie value sent, every made-up one
         // would add a limiter entry that nothing removes until the next login.
         state.portal.admit(&portal::hash(&id))?;
@@ -108,7 +113,7 @@ impl FromRequestParts<AppState> for Session {
             applications::find(&state.pool, &AppRef::Id(grant.tenant_id), Some(grant.tenant_id))
                 .await?
                 .map(|a| a.name)
-                .ok_or(PortalError::NoSession)?;
+                .ok_or(PortalError::SessionEnded)?;
         Ok(Session {
             tenant: grant.tenant_id,
             tenant_name,
@@ -202,10 +207,8 @@ pub async fn logout(
         "Signed out",
         "You are signed out of the portal. Open a new portal link to come back.",
     );
-    r.headers_mut().insert(
-        header::SET_COOKIE,
-        HeaderValue::from_static("hs_portal=; Path=/portal; HttpOnly; SameSite=Strict; Max-Age=0"),
-    );
+    r.headers_mut()
+        .insert(header::SET_COOKIE, HeaderValue::from_static(CLEAR_COOKIE));
     Ok(r)
 }
 
