@@ -4,7 +4,10 @@
 # and PLAIN (port + 2, user `hookstream`, password in $KAFKA_DATA/tls/sasl-password), and SSL
 # with client certificates required (port + 3). Certificates come from a CA generated for this
 # stack (in $KAFKA_DATA/tls): what tests and `make up` use to prove the secured connections.
-# Usage: kafka.sh start|stop|status|kill9
+# With HOOKSTREAM_KAFKA_AUTHORIZER=1 the broker checks ACLs (KRaft's StandardAuthorizer; a
+# resource without ACLs stays open to all, and the plaintext listener's ANONYMOUS is a super
+# user), for tests that refuse a client a topic; `kafka.sh acl ARGS` runs kafka-acls against it.
+# Usage: kafka.sh start|stop|status|kill9|acl ARGS
 set -euo pipefail
 LOG_TAG=kafka
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -109,6 +112,13 @@ group.initial.rebalance.delay.ms=0
 auto.create.topics.enable=false
 log.retention.hours=24
 EOF
+  if [[ "${HOOKSTREAM_KAFKA_AUTHORIZER:-}" == 1 ]]; then
+    cat >>"$SERVER_PROPS" <<EOF
+authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
+super.users=User:ANONYMOUS
+allow.everyone.if.no.acl.found=true
+EOF
+  fi
 }
 
 # PID from our pid file, only if that process really is a Kafka using our server.properties
@@ -237,7 +247,16 @@ status() {
   fi
 }
 
+# kafka-acls (AclCommand) on the plaintext listener, e.g.
+# `acl --add --deny-principal User:hookstream --operation All --topic T`.
+acl() {
+  our_pid >/dev/null || die "not running"
+  java "${JAVA_OPTS[@]}" -cp "$LIBS/*" org.apache.kafka.tools.AclCommand --bootstrap-server "$BOOTSTRAP" "$@" ||
+    die "kafka-acls $* failed"
+}
+
 case "${1:-}" in
   start | stop | status | kill9) "$1" ;;
-  *) die "usage: $0 start|stop|status|kill9" ;;
+  acl) shift && acl "$@" ;;
+  *) die "usage: $0 start|stop|status|kill9|acl ARGS" ;;
 esac

@@ -590,14 +590,30 @@ pub mod secured {
     /// `kafka` reached over SASL_SSL with `mechanism` (SCRAM-SHA-256/512 or PLAIN), the
     /// password read from its file, and the stack's CA.
     pub fn sasl(kafka: &KafkaConfig, mechanism: &str) -> KafkaConfig {
+        sasl_via(kafka, mechanism, sasl_brokers(), &tls_dir())
+    }
+
+    /// `sasl`, on the SASL_SSL listener at `brokers` of a broker whose CA and password are in
+    /// `tls` (a private broker's: `broker::PrivateKafka::sasl`).
+    pub fn sasl_via(
+        kafka: &KafkaConfig,
+        mechanism: &str,
+        brokers: String,
+        tls: &std::path::Path,
+    ) -> KafkaConfig {
+        let file = |name: &str| {
+            let path = tls.join(name);
+            assert!(path.exists(), "{} is missing", path.display());
+            path
+        };
         KafkaConfig {
-            brokers: sasl_brokers(),
+            brokers,
             security: KafkaSecurity {
                 protocol: "sasl_ssl".into(),
                 ca_file: Some(file("ca.pem")),
                 sasl_mechanism: Some(mechanism.into()),
                 sasl_username: Some("hookstream".into()),
-                sasl_password_file: Some(sasl_password_file()),
+                sasl_password_file: Some(file("sasl-password")),
                 ..Default::default()
             },
             ..kafka.clone()

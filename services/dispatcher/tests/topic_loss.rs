@@ -5,13 +5,16 @@
 //! names the topic and exits; nothing is lost, since the event's offset was never stored.
 //! Both ways of finding out are tested alone: a hand-off that is never acknowledged (the
 //! events role, as the chart's scaled dispatchers run it) and a consumer whose topic is gone
-//! (the DLQ sink).
+//! (the DLQ sink). A revoked ACL is the hand-off's path too, on a private broker that checks
+//! ACLs (`testkit::broker`), the dispatcher signed in over SASL_SSL: its principal denied the
+//! DLQ topic, it stops naming the topic and the refusal, and exits 2 at start until the ACL
+//! is gone.
 //!
 //! And the other side: a broker that does not answer at all is an outage, not a loss. Kafka
 //! stopped for 90 s under a dispatcher whose retries keep failing: every hand-off to a retry
 //! tier goes unacknowledged and asks the broker, which does not answer. The dispatcher stays
 //! healthy and, once the broker is back, delivers every event, none early and none
-//! dead-lettered. That test runs its own broker (`testkit::broker`), since it stops it; the
+//! dead-lettered. That test runs its own broker too, since it stops it; the
 //! relay's side of an outage is the relay's `kafka_outage.rs`.
 
 use std::collections::HashMap;
@@ -19,6 +22,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use hookstream_store::outbox::NewEvent;
+use hookstream_telemetry::ServiceError as _;
 use hookstream_testkit::broker::PrivateKafka;
 use hookstream_testkit::process::{admin_get, dispatcher_env, free_port, ServiceProcess};
 use hookstream_testkit::{eventually, Behaviour, Received, Receiver, TestEnv};
@@ -137,6 +141,111 @@ async fn a_consumed_topic_deleted_at_run_time_stops_the_dispatcher_naming_it() {
         output.contains(&format!("dlq_sink consumer failed: topic {dlq} does not exist")),
         "names the role and the topic: {output}"
     );
+}
+
+/// A dispatcher in this process, on `kafka` with the events and retry
+/// roles only (the DLQ sink's consumer would find a loss too; this is the hand-off's path).
+fn spawn_dispatcher(
+    env: &TestEnv,
+    kafka: &hookstream_config::KafkaConfig,
+) -> (
+    CancellationToken,
+    tokio::task::JoinHandle<Result<(), dispatcher::DispatchError>>,
+) {
+    let mut cfg = common::dispatcher_config(env);
+    cfg.kafka = kafka.clone();
+    cfg.dispatcher.roles = vec![dispatcher::Role::Events, dispatcher::Role::Retry];
+    cfg.delivery.allow_cidrs = vec!["127.0.0.1/32".parse().unwrap()];
+    let token = CancellationToken::new();
+    let t = token.clone();
+    let run = tokio::spawn(async move {
+        dispatcher::run(cfg, &prometheus::Registry::new(), Default::default(), t).await
+    });
+    (token, run)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dlq_topic_refused_at_run_time_stops_the_dispatcher_naming_it_and_loses_nothing() {
+    // A broker that checks ACLs; the dispatcher signs in as `hookstream` over SASL_SSL, the
+    // test's admin (topics, ACLs, the relay) uses the plaintext listener as a super user.
+    let kafka = PrivateKafka::start_with_acls();
+    let env = TestEnv::on_brokers(1, &kafka.brokers()).await.unwrap();
+    let tenant = env.tenant("t").await.unwrap();
+    let receiver = Receiver::start(Behaviour::Ok).await;
+    env.endpoint(tenant, &receiver, &[]).await.unwrap();
+    let sasl = kafka.sasl(&env.kafka);
+    let relay = CancellationToken::new();
+    common::start_relay(&env, &relay);
+    let (stop, run) = spawn_dispatcher(&env, &sasl);
+    env.publish(&[NewEvent::new(tenant, "order.created", json!({ "n": 1 }))])
+        .await
+        .unwrap();
+    assert!(
+        eventually(Duration::from_secs(60), || async { receiver.count() == 1 }).await,
+        "the dispatcher delivers over SASL_SSL"
+    );
+
+    // Its principal loses the DLQ topic; the next event dead-letters and its hand-off is
+    // refused. Within the confirmation (20 s) and a drain, the dispatcher stops naming it.
+    let dlq = env.kafka.topics.dlq.clone();
+    let deny = [
+        "--deny-principal",
+        "User:hookstream",
+        "--operation",
+        "All",
+        "--topic",
+        dlq.as_str(),
+    ];
+    kafka.acl(&[&["--add"][..], &deny[..]].concat());
+    receiver.set_behaviour(Behaviour::Status(400));
+    env.publish(&[NewEvent::new(tenant, "order.created", json!({ "n": 2 }))])
+        .await
+        .unwrap();
+    assert!(eventually(Duration::from_secs(30), || async { receiver.count() == 2 }).await);
+    let refused = Instant::now();
+    let ended = tokio::time::timeout(Duration::from_secs(120), run)
+        .await
+        .expect("the dispatcher stops within 120 s of the refused hand-off")
+        .unwrap();
+    let err = ended.expect_err("a task failed");
+    let text = err.to_string();
+    assert!(
+        text.contains(&format!("kafka refuses this client access to topic {dlq}")),
+        "names the topic and why: {text}"
+    );
+    assert_eq!(err.exit_code(), 1, "a task failed at run time");
+    eprintln!(
+        "refused topic: stopped {:?} after the delivery",
+        refused.elapsed()
+    );
+    assert_eq!(
+        env.committed_offsets(&env.kafka.topics.events).await.unwrap(),
+        vec![1],
+        "the first event's offset is stored, the dead-lettered one's is not"
+    );
+
+    // Started again while refused: it stops at the start, an operator's error...
+    let (_, again) = spawn_dispatcher(&env, &sasl);
+    let err = tokio::time::timeout(Duration::from_secs(60), again)
+        .await
+        .expect("refused at start")
+        .unwrap()
+        .expect_err("refused at start");
+    assert!(err.to_string().contains(&format!("topic {dlq}")), "{err}");
+    assert_eq!(err.exit_code(), 2, "{err}");
+    // ...and once the ACL is gone the event is dead-lettered after all.
+    kafka.acl(&[&["--remove", "--force"][..], &deny[..]].concat());
+    let (stop_back, _back) = spawn_dispatcher(&env, &sasl);
+    assert!(
+        eventually(Duration::from_secs(60), || async {
+            env.read_all(&dlq).await.map(|r| r.len()).unwrap_or(0) == 1
+        })
+        .await,
+        "the dead letter reaches the DLQ"
+    );
+    stop_back.cancel();
+    stop.cancel();
+    relay.cancel();
 }
 
 /// The retry schedule: short enough for a test, with the production jitter (±20 %).
