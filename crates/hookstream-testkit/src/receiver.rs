@@ -21,6 +21,8 @@ pub enum Behaviour {
     Status(u16),
     /// 204 after a delay (milliseconds).
     Delay(u64),
+    /// This status after a delay (milliseconds): a failure that arrives later.
+    DelayStatus(u64, u16),
     /// 204 after a delay spread evenly over `lo..=hi` milliseconds (deterministic, like
     /// `Flaky`: any 100 consecutive requests cover the range).
     DelaySpread(u64, u64),
@@ -194,7 +196,7 @@ async fn handle(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Bytes
             Behaviour::FailTimes(..) => (204, None),
             Behaviour::RetryAfter(secs) if nth == 1 => (503, Some(secs)),
             Behaviour::RetryAfter(_) => (204, None),
-            Behaviour::Status(s) => (s, None),
+            Behaviour::Status(s) | Behaviour::DelayStatus(_, s) => (s, None),
             Behaviour::Redirect(_) => (302, None),
             Behaviour::Hang => (0, None),
             Behaviour::Flaky(percent) if in_failing_share(nth, percent) => (503, None),
@@ -228,7 +230,7 @@ async fn handle(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Bytes
     }
     let code = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     match behaviour {
-        Behaviour::Delay(ms) => {
+        Behaviour::Delay(ms) | Behaviour::DelayStatus(ms, _) => {
             tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
             code.into_response()
         }
