@@ -7,6 +7,8 @@
 # With HOOKSTREAM_KAFKA_AUTHORIZER=1 the broker checks ACLs (KRaft's StandardAuthorizer; a
 # resource without ACLs stays open to all, and the plaintext listener's ANONYMOUS is a super
 # user), for tests that refuse a client a topic; `kafka.sh acl ARGS` runs kafka-acls against it.
+# The setting is written on every start: a broker started again without it keeps its ACLs but
+# no longer checks them.
 # Usage: kafka.sh start|stop|status|kill9|acl ARGS
 set -euo pipefail
 LOG_TAG=kafka

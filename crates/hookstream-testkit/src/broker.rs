@@ -1,19 +1,19 @@
-//! A private single-node Kafka for tests that stop and start the broker (the shared one serves
-//! every other test): the project's stack script on free ports, in a state directory of its own.
+//! A private single-node Kafka for tests that stop and start the broker or refuse a client a
+//! topic (the shared one serves every other test): the project's stack script on ports of its
+//! own, in a state directory of its own.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use hookstream_config::KafkaConfig;
 
-use crate::process::free_port;
-
-/// A private broker, stopped and its state removed when dropped.
+/// A private broker, stopped and its state removed when dropped (kept, logs included, when
+/// the test is panicking).
 pub struct PrivateKafka {
     state: PathBuf,
     port: u16,
     controller: u16,
-    /// The stack's secured listeners (SASL_SSL, mutual TLS), on free ports of their own.
+    /// The stack's secured listeners (SASL_SSL, mutual TLS).
     secured: (u16, u16),
     /// Whether the broker checks ACLs (`start_with_acls`).
     acls: bool,
@@ -21,6 +21,23 @@ pub struct PrivateKafka {
 
 fn script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/stack/kafka.sh")
+}
+
+/// A free port below the kernel's ephemeral range (32768 and up by default): while the broker
+/// is stopped, another test's outgoing connection cannot take it, and a client reconnecting
+/// to it cannot end up connected to itself.
+fn listener_port() -> u16 {
+    loop {
+        let random = u16::from_le_bytes(
+            uuid::Uuid::new_v4().as_bytes()[..2]
+                .try_into()
+                .expect("two bytes"),
+        );
+        let port = 20_000 + random % 12_000;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
 }
 
 impl PrivateKafka {
@@ -39,12 +56,12 @@ impl PrivateKafka {
         let state = std::env::temp_dir().join(format!("hookstream-kafka-{}", uuid::Uuid::new_v4().simple()));
         let k = Self {
             state,
-            port: free_port(),
-            controller: free_port(),
-            secured: (free_port(), free_port()),
+            port: listener_port(),
+            controller: listener_port(),
+            secured: (listener_port(), listener_port()),
             acls,
         };
-        k.run(&["start"]);
+        k.must(&["start"]);
         k
     }
 
@@ -53,7 +70,7 @@ impl PrivateKafka {
     pub fn acl(&self, args: &[&str]) {
         let mut all = vec!["acl"];
         all.extend_from_slice(args);
-        self.run(&all);
+        self.must(&all);
     }
 
     /// `kafka` reached as the stack's SASL user (`hookstream`, SCRAM-SHA-512 over TLS) on this
@@ -69,12 +86,12 @@ impl PrivateKafka {
 
     /// Stops the broker (a clean shutdown); its data stays for `resume`.
     pub fn stop(&self) {
-        self.run(&["stop"]);
+        self.must(&["stop"]);
     }
 
     /// Starts the stopped broker again on the same ports and data; returns once it is ready.
     pub fn resume(&self) {
-        self.run(&["start"]);
+        self.must(&["start"]);
     }
 
     /// The bootstrap address of its plaintext listener.
@@ -82,8 +99,17 @@ impl PrivateKafka {
         format!("127.0.0.1:{}", self.port)
     }
 
-    fn run(&self, args: &[&str]) {
-        let status = Command::new("bash")
+    fn must(&self, args: &[&str]) {
+        assert!(
+            self.run(args),
+            "kafka.sh {} failed (logs in {})",
+            args.join(" "),
+            self.state.join("logs").display()
+        );
+    }
+
+    fn run(&self, args: &[&str]) -> bool {
+        Command::new("bash")
             .arg(script())
             .args(args)
             .env("HOOKSTREAM_KAFKA_AUTHORIZER", if self.acls { "1" } else { "0" })
@@ -93,14 +119,16 @@ impl PrivateKafka {
             .env("HOOKSTREAM_KAFKA_SASL_PORT", self.secured.0.to_string())
             .env("HOOKSTREAM_KAFKA_MTLS_PORT", self.secured.1.to_string())
             .status()
-            .expect("run kafka.sh");
-        assert!(status.success(), "kafka.sh {} failed", args.join(" "));
+            .is_ok_and(|s| s.success())
     }
 }
 
 impl Drop for PrivateKafka {
     fn drop(&mut self) {
-        self.run(&["stop"]);
-        let _ = std::fs::remove_dir_all(&self.state);
+        // No assertion here: a second panic while unwinding would abort the test binary.
+        let stopped = self.run(&["stop"]);
+        if stopped && !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.state);
+        }
     }
 }

@@ -390,7 +390,7 @@ impl TestEnv {
         let topic = &self.kafka.topics.events;
         eventually(timeout, move || async move {
             match (self.end_offsets(topic).await, self.committed_offsets(topic).await) {
-                (Ok(ends), Ok(committed)) => ends.iter().zip(&committed).all(|(e, c)| *e == 0 || c == e),
+                (Ok(ends), Ok(committed)) => committed_at_end(&ends, &committed),
                 _ => false,
             }
         })
@@ -467,6 +467,12 @@ fn read_topic(
         }
     }
     Ok(out)
+}
+
+/// Whether a group's committed offsets (`group_offsets`, -1 where none) have reached a topic's
+/// end offsets on every partition (an empty partition needs no commit).
+pub fn committed_at_end(ends: &[i64], committed: &[i64]) -> bool {
+    ends.len() == committed.len() && ends.iter().zip(committed).all(|(e, c)| *e == 0 || c == e)
 }
 
 /// Runs a blocking Kafka query, retrying errors for up to 15 s (call it off the runtime).
@@ -560,7 +566,11 @@ pub mod secured {
     }
 
     fn file(name: &str) -> PathBuf {
-        let path = tls_dir().join(name);
+        file_in(&tls_dir(), name)
+    }
+
+    fn file_in(dir: &std::path::Path, name: &str) -> PathBuf {
+        let path = dir.join(name);
         assert!(
             path.exists(),
             "{} is missing: the secured Kafka listeners come from scripts/stack/kafka.sh \
@@ -601,11 +611,7 @@ pub mod secured {
         brokers: String,
         tls: &std::path::Path,
     ) -> KafkaConfig {
-        let file = |name: &str| {
-            let path = tls.join(name);
-            assert!(path.exists(), "{} is missing", path.display());
-            path
-        };
+        let file = |name: &str| file_in(tls, name);
         KafkaConfig {
             brokers,
             security: KafkaSecurity {

@@ -69,6 +69,20 @@ impl ServiceProcess {
         matches!(self.child.try_wait(), Ok(None))
     }
 
+    /// Polls its `/healthz` (admin listener on `port`) every half second for `span`: `Err`
+    /// with what was seen at the first answer that is not 200 (or none), or once it exits.
+    pub async fn healthy_for(&mut self, port: u16, span: std::time::Duration) -> Result<(), String> {
+        let started = std::time::Instant::now();
+        while started.elapsed() < span {
+            let answer = admin_get(port, "/healthz").await;
+            if !self.is_running() || answer.as_ref().map(|a| a.0) != Some(200) {
+                return Err(format!("{:?} into the span: {answer:?}", started.elapsed()));
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        }
+        Ok(())
+    }
+
     /// Polls its `/healthz` (admin listener on `port`) until it answers 503, for at most
     /// `within` and while it runs; the 503's body (the reason), or `None`.
     pub async fn unhealthy_within(&mut self, port: u16, within: std::time::Duration) -> Option<String> {

@@ -888,6 +888,22 @@ async fn an_expired_session_is_refused() {
     // Using it did not extend it.
     assert_eq!(session_expiry(&env, &b.cookie).await, Some(expired_at));
 
+    // Without a cookie, or with two (one may have been set by a sibling host), the answer is
+    // the same page and sets nothing: there is no cookie of ours to delete.
+    for (what, cookie) in [
+        ("no cookie", None),
+        ("two cookies", Some(format!("{}; {}", b.cookie, b.cookie))),
+    ] {
+        let mut req = b.http.get(format!("{}/portal", api.base));
+        if let Some(c) = cookie {
+            req = req.header("cookie", c);
+        }
+        let r = Browser::answer(req.send().await.unwrap()).await;
+        assert_eq!(r.status, StatusCode::UNAUTHORIZED, "{what}");
+        assert!(r.body.contains("Your portal session has ended"), "{what}");
+        assert_eq!(r.set_cookie, None, "{what}: sets no cookie");
+    }
+
     // Signing in again from the browser that holds it: another session, and the expired one
     // is gone for good (the old cookie stays refused).
     let link = common::portal_link(&api, "acme", false).await;

@@ -13,11 +13,9 @@
 //! And the other side: a broker that does not answer at all is an outage, not a loss. Kafka
 //! stopped for 90 s under a dispatcher whose retries keep failing: every hand-off to a retry
 //! tier goes unacknowledged and asks the broker, which does not answer. The dispatcher stays
-//! healthy and, once the broker is back, delivers every event, none early and none
-//! dead-lettered. That test runs its own broker too, since it stops it; the
+//! healthy and, once the broker is back, delivers every event, none dead-lettered. That test runs its own broker too, since it stops it; the
 //! relay's side of an outage is the relay's `kafka_outage.rs`.
 
-use std::collections::HashMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -25,7 +23,7 @@ use hookstream_store::outbox::NewEvent;
 use hookstream_telemetry::ServiceError as _;
 use hookstream_testkit::broker::PrivateKafka;
 use hookstream_testkit::process::{admin_get, dispatcher_env, free_port, ServiceProcess};
-use hookstream_testkit::{eventually, Behaviour, Received, Receiver, TestEnv};
+use hookstream_testkit::{eventually, Behaviour, Receiver, TestEnv};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
@@ -235,6 +233,14 @@ async fn a_dlq_topic_refused_at_run_time_stops_the_dispatcher_naming_it_and_lose
     assert_eq!(err.exit_code(), 2, "{err}");
     // ...and once the ACL is gone the event is dead-lettered after all.
     kafka.acl(&[&["--remove", "--force"][..], &deny[..]].concat());
+    // The broker applies an ACL change from its metadata log: wait until the principal may
+    // see the topic again, or the restart below could still be refused at start.
+    let names = [dlq.clone()];
+    let seen = eventually(Duration::from_secs(30), || async {
+        hookstream_kafka::topics::check_exist(&sasl, &names).await.is_ok()
+    })
+    .await;
+    assert!(seen, "the ACL's removal reached the broker");
     let (stop_back, _back) = spawn_dispatcher(&env, &sasl);
     assert!(
         eventually(Duration::from_secs(60), || async {
@@ -250,41 +256,34 @@ async fn a_dlq_topic_refused_at_run_time_stops_the_dispatcher_naming_it_and_lose
 
 /// The retry schedule: short enough for a test, with the production jitter (±20 %).
 const SCHEDULE_MS: [u64; 4] = [3_000, 6_000, 12_000, 24_000];
-const JITTER: f64 = 0.2;
 /// Long enough for failed hand-offs to ask the broker twice, more than the loss rule's
-/// confirmation (20 s) apart: the first fail after the producer's delivery timeout (30 s, as
-/// shipped), and are retried. A rule which took "no answer" for "gone" would fire.
+/// confirmation (20 s) apart: they fail after the producer's delivery timeout (30 s, as
+/// shipped) and are tried again. A rule which took "no answer" for "gone" would fire.
 const OUTAGE: Duration = Duration::from_secs(90);
 /// Under the endpoint's default concurrency cap (32): every first attempt is under way at once.
 const EVENTS: usize = 30;
-const FAIL_AFTER: Duration = Duration::from_secs(3);
-
-/// Polls `/healthz` (admin listener on `port`) for `span`; the first answer that is not 200,
-/// or the process exiting, is a failure named in the panic.
-async fn healthy_for(process: &mut ServiceProcess, port: u16, span: Duration, log: &Path) {
-    let started = Instant::now();
-    while started.elapsed() < span {
-        let answer = admin_get(port, "/healthz").await;
-        if !process.is_running() || answer.as_ref().map(|a| a.0) != Some(200) {
-            panic!(
-                "the dispatcher is not healthy {:?} into the span ({answer:?}): {}",
-                started.elapsed(),
-                std::fs::read_to_string(log).unwrap_or_default()
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-}
+/// How long the receiver takes to fail an attempt: the broker's clean stop must be over by
+/// then, even on a loaded machine (it takes about a second when idle).
+const FAIL_AFTER: Duration = Duration::from_secs(15);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_broker_down_under_failing_hand_offs_is_not_a_lost_topic_and_loses_nothing() {
     let kafka = PrivateKafka::start();
     let env = TestEnv::on_brokers(2, &kafka.brokers()).await.unwrap();
     let tenant = env.tenant("t").await.unwrap();
-    // Each attempt fails, but only after FAIL_AFTER: the first ones are under way when the
-    // broker stops, so their hand-offs to the first tier go unacknowledged.
+    // Each attempt fails, but only after FAIL_AFTER (within the endpoint's timeout): the first
+    // ones are under way when the broker stops, so their hand-offs go unacknowledged.
     let receiver = Receiver::start(Behaviour::DelayStatus(FAIL_AFTER.as_millis() as u64, 500)).await;
-    env.endpoint(tenant, &receiver, &[]).await.unwrap();
+    env.endpoint_with(
+        &receiver,
+        hookstream_store::endpoints::NewEndpoint {
+            tenant_id: tenant,
+            timeout_ms: Some(30_000),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
 
     let port = free_port();
     let mut vars = dispatcher_env(&env);
@@ -293,7 +292,6 @@ async fn a_broker_down_under_failing_hand_offs_is_not_a_lost_topic_and_loses_not
         "HOOKSTREAM_RETRY__SCHEDULE_MS".into(),
         serde_json::to_string(&SCHEDULE_MS).unwrap(),
     ));
-    vars.push(("HOOKSTREAM_RETRY__JITTER".into(), JITTER.to_string()));
     // Every attempt fails until the broker is back; the breaker would open and defer them
     // (hand-offs too, but at times this test does not control). Keep it closed.
     vars.push((
@@ -307,6 +305,12 @@ async fn a_broker_down_under_failing_hand_offs_is_not_a_lost_topic_and_loses_not
     let log = env.log_path("dispatcher");
     let mut dispatcher =
         ServiceProcess::spawn(Path::new(env!("CARGO_BIN_EXE_dispatcher")), &vars, &log).unwrap();
+    let unhealthy = |why: String| -> ! {
+        panic!(
+            "the dispatcher is not healthy {why}: {}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        )
+    };
     assert!(
         eventually(Duration::from_secs(60), || async {
             admin_get(port, "/readyz").await.map(|r| r.0) == Some(200)
@@ -328,13 +332,19 @@ async fn a_broker_down_under_failing_hand_offs_is_not_a_lost_topic_and_loses_not
     );
     let down = Instant::now();
     kafka.stop();
-    eprintln!("broker stopped in {:?}", down.elapsed());
+    let first_fails = receiver.received()[0].at + FAIL_AFTER;
     assert!(
-        down.elapsed() < FAIL_AFTER,
-        "the broker was down before the first attempts failed ({:?})",
+        Instant::now() < first_fails,
+        "the broker stopped ({:?}) before the first attempt failed",
         down.elapsed()
     );
-    healthy_for(&mut dispatcher, port, OUTAGE.saturating_sub(down.elapsed()), &log).await;
+    eprintln!("broker stopped in {:?}", down.elapsed());
+    if let Err(why) = dispatcher
+        .healthy_for(port, OUTAGE.saturating_sub(down.elapsed()))
+        .await
+    {
+        unhealthy(why)
+    }
     let output = std::fs::read_to_string(&log).unwrap();
     assert!(
         output.contains("record not acknowledged, retrying"),
@@ -356,7 +366,9 @@ async fn a_broker_down_under_failing_hand_offs_is_not_a_lost_topic_and_loses_not
     };
     let mut all = false;
     while !all && up.elapsed() < Duration::from_secs(180) {
-        healthy_for(&mut dispatcher, port, Duration::from_secs(2), &log).await;
+        if let Err(why) = dispatcher.healthy_for(port, Duration::from_secs(2)).await {
+            unhealthy(why)
+        }
         all = delivered() == want;
     }
     assert!(
@@ -365,41 +377,6 @@ async fn a_broker_down_under_failing_hand_offs_is_not_a_lost_topic_and_loses_not
         delivered().len(),
         std::fs::read_to_string(&log).unwrap_or_default()
     );
-
-    // Never early: each retry came at least its tier's delay, less the jitter, after the
-    // first attempt before it. The outage may only have made them later. (A record held
-    // through the outage may be delivered twice: at least once, with the same webhook-id.)
-    let mut by_event: HashMap<String, Vec<Received>> = HashMap::new();
-    for r in receiver.received() {
-        by_event.entry(r.webhook_id.clone()).or_default().push(r);
-    }
-    let (mut latest, mut duplicates) = (0.0f64, 0);
-    for (id, attempts) in by_event {
-        let first_of = |n: u32| {
-            attempts
-                .iter()
-                .filter(|r| r.attempt == n)
-                .map(|r| r.received_unix_ms)
-                .min_by(f64::total_cmp)
-        };
-        let mut numbers: Vec<u32> = attempts.iter().map(|r| r.attempt).collect();
-        numbers.sort_unstable();
-        numbers.dedup();
-        duplicates += attempts.len() - numbers.len();
-        for r in attempts.iter().filter(|r| r.attempt >= 2) {
-            let before = first_of(r.attempt - 1)
-                .unwrap_or_else(|| panic!("event {id}: attempt {} without the one before", r.attempt));
-            let tier = SCHEDULE_MS[(r.attempt as usize - 2).min(SCHEDULE_MS.len() - 1)];
-            let gap = r.received_unix_ms - before;
-            assert!(
-                gap >= tier as f64 * (1.0 - JITTER),
-                "event {id}: attempt {} came {gap:.0} ms after attempt {}, before its {tier} ms tier",
-                r.attempt,
-                r.attempt - 1
-            );
-            latest = latest.max(gap);
-        }
-    }
     let output = std::fs::read_to_string(&log).unwrap();
     assert!(
         !output.contains("does not exist") && !output.contains("refuses this client access"),
@@ -409,10 +386,14 @@ async fn a_broker_down_under_failing_hand_offs_is_not_a_lost_topic_and_loses_not
         env.read_all(&env.kafka.topics.dlq).await.unwrap().is_empty(),
         "nothing was dead-lettered"
     );
+    // Whether a retry is ever early is `retry.rs`'s subject (jitter on); here every retry
+    // waited out the outage. What the outage costs: what was under way when the members
+    // lost their partitions (the 6 s session) is delivered again.
+    let successes = receiver.successes();
     eprintln!(
-        "kafka outage: {EVENTS} events, all delivered {:?} after the broker was back; longest gap between attempts {:.1} s; {duplicates} duplicate deliveries",
+        "kafka outage: {EVENTS} events, all delivered {:?} after the broker was back; {} of them twice or more ({successes} successful deliveries)",
         up.elapsed(),
-        latest / 1000.0
+        successes - delivered().len()
     );
     assert_eq!(dispatcher.terminate().await, Some(0));
     relay.cancel();
