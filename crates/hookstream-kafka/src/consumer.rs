@@ -270,9 +270,13 @@ pub async fn run<H: Handler>(
     consumer.subscribe(&topics)?;
     tracing::info!(role = settings.role, group = %settings.group_id, topics = ?settings.topics, "consuming");
 
+    // Moved, not cloned: the member holds the last reference, so closing the consumer (which
+    // blocks until the group is left) happens off the runtime in `drain`, not when this
+    // function returns (seen: a worker thread blocked for minutes in that close, the broker
+    // gone).
     let mut member = Member {
         role: settings.role,
-        consumer: consumer.clone(),
+        consumer,
         state,
         handler,
         permits: Arc::new(Semaphore::new(settings.max_in_flight.max(1))),

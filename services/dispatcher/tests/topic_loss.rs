@@ -241,7 +241,7 @@ async fn a_dlq_topic_refused_at_run_time_stops_the_dispatcher_naming_it_and_lose
     })
     .await;
     assert!(seen, "the ACL's removal reached the broker");
-    let (stop_back, _back) = spawn_dispatcher(&env, &sasl);
+    let (stop_back, back) = spawn_dispatcher(&env, &sasl);
     assert!(
         eventually(Duration::from_secs(60), || async {
             env.read_all(&dlq).await.map(|r| r.len()).unwrap_or(0) == 1
@@ -249,7 +249,13 @@ async fn a_dlq_topic_refused_at_run_time_stops_the_dispatcher_naming_it_and_lose
         .await,
         "the dead letter reaches the DLQ"
     );
+    // Stopped while the broker still runs (with it gone, leaving the group could not finish).
     stop_back.cancel();
+    tokio::time::timeout(Duration::from_secs(60), back)
+        .await
+        .expect("the dispatcher stops")
+        .unwrap()
+        .expect("and cleanly");
     stop.cancel();
     relay.cancel();
 }
@@ -395,6 +401,23 @@ async fn a_broker_down_under_failing_hand_offs_is_not_a_lost_topic_and_loses_not
         up.elapsed(),
         successes - delivered().len()
     );
-    assert_eq!(dispatcher.terminate().await, Some(0));
     relay.cancel();
+
+    // Stopped while Kafka is away, it still exits, and cleanly: leaving the group cannot
+    // complete, and waiting for it is bounded.
+    kafka.stop();
+    let stopping = Instant::now();
+    let code = tokio::time::timeout(Duration::from_secs(90), dispatcher.terminate())
+        .await
+        .unwrap_or_else(|_| {
+            panic!(
+                "still running 90 s after SIGTERM with the broker down: {}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            )
+        });
+    eprintln!(
+        "SIGTERM with the broker down: exited {code:?} after {:?}",
+        stopping.elapsed()
+    );
+    assert_eq!(code, Some(0));
 }
