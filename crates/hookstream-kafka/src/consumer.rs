@@ -59,6 +59,11 @@ const LAG_EVERY: Duration = Duration::from_secs(5);
 /// it are paused instead (a rebalance waits at most this long for the member).
 pub const PAUSE_AFTER: Duration = Duration::from_millis(250);
 
+/// How long a stopping member waits for its final commit and for leaving the group. Within
+/// the dispatcher's 10 s between its drain grace and its supervisor's deadline; librdkafka
+/// gives up a leave-group request after 5 s itself.
+pub const CLOSE_WAIT: Duration = Duration::from_secs(6);
+
 /// One record as a handler sees it (owned: it outlives the poll that returned it).
 #[derive(Debug, Clone)]
 pub struct Record {
@@ -604,19 +609,29 @@ impl<H: Handler> Member<H> {
         self.lag.clear();
         let consumer = self.consumer;
         let role = self.role;
-        let closed = tokio::task::spawn_blocking(move || {
+        let closing = tokio::task::spawn_blocking(move || {
             if let Err(e) = consumer.commit_consumer_state(CommitMode::Sync) {
                 // Nothing stored since the last auto-commit is a normal case.
                 tracing::debug!(role, error = %e, "final commit");
             }
             consumer.unsubscribe();
             drop(consumer); // closes: leaves the group
-        })
-        .await;
-        if let Err(e) = closed {
-            tracing::warn!(role, error = %e, "closing the consumer failed");
+        });
+        // A broker that holds the connection but does not answer makes the synchronous commit
+        // wait for ever (seen: minutes, the process stuck after SIGTERM). Give up after
+        // CLOSE_WAIT: the group drops this member after its session timeout, and what is
+        // redelivered is what was stored since the last auto-commit (a second's work). The
+        // thread stays blocked; the service's runtime does not wait for it at exit.
+        match tokio::time::timeout(CLOSE_WAIT, closing).await {
+            Ok(Ok(())) => tracing::info!(role, "consumer stopped"),
+            Ok(Err(e)) => tracing::warn!(role, error = %e, "closing the consumer failed"),
+            Err(_) => tracing::warn!(
+                role,
+                waited = ?CLOSE_WAIT,
+                "kafka did not answer the final commit or the leave-group request; stopping without them \
+                 (the group drops this member after its session timeout, and work since the last commit is redelivered)"
+            ),
         }
-        tracing::info!(role, "consumer stopped");
     }
 }
 

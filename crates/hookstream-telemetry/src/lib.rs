@@ -41,7 +41,33 @@ pub trait ServiceError: std::error::Error + Send + Sync + 'static {
 /// returns (after the shutdown token is cancelled, or after a task failed). The admin
 /// listener keeps answering while `run` drains, so probes see the service go unready (and
 /// unhealthy after a failure) rather than vanish. Returns the process's exit code.
-pub async fn run_service<F, Fut, E>(name: &'static str, cfg: &TelemetryConfig, run: F) -> ExitCode
+///
+/// It owns the runtime: `#[tokio::main]`'s waits at exit for every blocking call still under
+/// way, and a Kafka client's close against a broker that holds the connection without
+/// answering does not return (seen: a dispatcher still running minutes after SIGTERM, its
+/// drain long over). Here such calls get `RUNTIME_SHUTDOWN`, then the process exits anyway.
+pub fn run_service<F, Fut, E>(name: &'static str, cfg: &TelemetryConfig, run: F) -> ExitCode
+where
+    F: FnOnce(Registry, Health, CancellationToken) -> Fut,
+    Fut: std::future::Future<Output = Result<(), E>>,
+    E: ServiceError,
+{
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("{name}: cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let code = runtime.block_on(serve(name, cfg, run));
+    runtime.shutdown_timeout(RUNTIME_SHUTDOWN);
+    code
+}
+
+/// How long a stopped service waits for blocking calls still under way before it exits.
+pub const RUNTIME_SHUTDOWN: std::time::Duration = std::time::Duration::from_secs(3);
+
+async fn serve<F, Fut, E>(name: &'static str, cfg: &TelemetryConfig, run: F) -> ExitCode
 where
     F: FnOnce(Registry, Health, CancellationToken) -> Fut,
     Fut: std::future::Future<Output = Result<(), E>>,

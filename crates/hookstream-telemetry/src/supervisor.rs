@@ -88,11 +88,19 @@ impl Supervisor {
                 if let Err(e) = lowered {
                     tracing::warn!(task = name, niceness, error = %e, "cannot lower the thread's priority; it runs at the process's");
                 }
-                let outcome = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
-                    Ok(runtime) => runtime.block_on(async move { make().await.map_err(|e| e.to_string()) }),
-                    Err(e) => Err(format!("cannot start its runtime: {e}")),
+                let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                    Ok(runtime) => runtime,
+                    Err(e) => {
+                        let _ = done.send(Err(format!("cannot start its runtime: {e}")));
+                        return;
+                    }
                 };
+                let outcome = runtime.block_on(async move { make().await.map_err(|e| e.to_string()) });
                 let _ = done.send(outcome);
+                // Not a drop, which waits for its blocking calls: one still under way (a
+                // Kafka consumer's close against a broker that does not answer) would keep
+                // this thread, and the task, from ever ending.
+                runtime.shutdown_background();
             });
         let started = started.map_err(|e| format!("cannot start its thread: {e}"));
         self.spawn(name, async move {

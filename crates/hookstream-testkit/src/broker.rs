@@ -94,6 +94,29 @@ impl PrivateKafka {
         self.must(&["start"]);
     }
 
+    /// Freezes the broker (SIGSTOP): its connections stay open and nothing answers, as with
+    /// a broker stuck in a long pause or behind a partition that drops packets. `thaw` (or
+    /// dropping it) lets it go on.
+    pub fn freeze(&self) {
+        self.signal("STOP");
+    }
+
+    /// Lets a frozen broker go on (SIGCONT).
+    pub fn thaw(&self) {
+        self.signal("CONT");
+    }
+
+    fn signal(&self, name: &str) {
+        let pidfile = self.state.join("run/kafka.pid");
+        let pid = std::fs::read_to_string(&pidfile)
+            .unwrap_or_else(|e| panic!("no broker pid in {}: {e}", pidfile.display()));
+        let sent = Command::new("kill")
+            .args([&format!("-{name}"), pid.trim()])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(sent, "kill -{name} {} failed", pid.trim());
+    }
+
     /// The bootstrap address of its plaintext listener.
     pub fn brokers(&self) -> String {
         format!("127.0.0.1:{}", self.port)
@@ -125,7 +148,11 @@ impl PrivateKafka {
 
 impl Drop for PrivateKafka {
     fn drop(&mut self) {
-        // No assertion here: a second panic while unwinding would abort the test binary.
+        // No assertion here: a second panic while unwinding would abort the test binary. A
+        // frozen broker cannot stop: let it go on first (harmless when it is not frozen).
+        if let Ok(pid) = std::fs::read_to_string(self.state.join("run/kafka.pid")) {
+            let _ = Command::new("kill").args(["-CONT", pid.trim()]).status();
+        }
         let stopped = self.run(&["stop"]);
         if stopped && !std::thread::panicking() {
             let _ = std::fs::remove_dir_all(&self.state);

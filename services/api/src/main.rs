@@ -20,8 +20,7 @@ struct Args {
     config: Option<PathBuf>,
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
     let args = Args::parse();
     let cfg: api::Config = hookstream_config::load_or_exit("hookstream-api", args.config.as_deref());
     let telemetry = cfg.telemetry.clone();
@@ -29,5 +28,4 @@ async fn main() -> ExitCode {
         let listener = api::bind(&cfg).await.map_err(api::ApiServiceError::Io)?;
         api::run(cfg, listener, &registry, health, shutdown).await
     })
-    .await
 }

@@ -16,8 +16,7 @@ struct Args {
     config: Option<PathBuf>,
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
     let args = Args::parse();
     let cfg: dispatcher::Config = hookstream_config::load_or_exit("dispatcher", args.config.as_deref());
     let telemetry = cfg.telemetry.clone();
@@ -26,5 +25,4 @@ async fn main() -> ExitCode {
         &telemetry,
         |registry, health, shutdown| async move { dispatcher::run(cfg, &registry, health, shutdown).await },
     )
-    .await
 }

@@ -421,3 +421,75 @@ async fn a_broker_down_under_failing_hand_offs_is_not_a_lost_topic_and_loses_not
     );
     assert_eq!(code, Some(0));
 }
+
+/// A broker that hangs (frozen: connections open, nothing answered) while the dispatcher
+/// stops. Committing and leaving the group cannot complete; the process must still exit, and
+/// cleanly, within its drain grace plus the bounded wait for those goodbyes, not when
+/// librdkafka gives up or Kubernetes kills it. The broker's group expires the members after
+/// the session timeout; their stored offsets were committed by the last auto-commit, so what
+/// is redelivered is at most the last second's work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_that_hangs_while_the_dispatcher_stops_does_not_hold_its_exit() {
+    let kafka = PrivateKafka::start();
+    let env = TestEnv::on_brokers(2, &kafka.brokers()).await.unwrap();
+    let tenant = env.tenant("t").await.unwrap();
+    let receiver = Receiver::start(Behaviour::Ok).await;
+    env.endpoint(tenant, &receiver, &[]).await.unwrap();
+    let port = free_port();
+    let mut vars = dispatcher_env(&env);
+    vars.push(("HOOKSTREAM_TELEMETRY__LISTEN".into(), format!("127.0.0.1:{port}")));
+    let log = env.log_path("dispatcher");
+    let dispatcher = ServiceProcess::spawn(Path::new(env!("CARGO_BIN_EXE_dispatcher")), &vars, &log).unwrap();
+    assert!(
+        eventually(Duration::from_secs(60), || async {
+            admin_get(port, "/readyz").await.map(|r| r.0) == Some(200)
+        })
+        .await,
+        "the dispatcher becomes ready: {}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+    let relay = CancellationToken::new();
+    let relay_run = common::spawn_relay(&env, env.kafka.clone(), &relay);
+    let events: Vec<NewEvent> = (0..10)
+        .map(|i| NewEvent::new(tenant, "order.created", json!({ "i": i })).aggregate("order", i.to_string()))
+        .collect();
+    env.publish(&events).await.unwrap();
+    assert!(
+        eventually(Duration::from_secs(30), || async { receiver.successes() >= 10 }).await,
+        "every event delivered before the broker hangs"
+    );
+    // The relay stops while the broker still answers: this test is about the dispatcher.
+    relay.cancel();
+    relay_run.await.unwrap();
+    // Offsets stored since the last auto-commit are what the final commit would send.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    kafka.freeze();
+    let stopping = Instant::now();
+    let code = tokio::time::timeout(Duration::from_secs(180), dispatcher.terminate())
+        .await
+        .unwrap_or_else(|_| {
+            panic!(
+                "still running 180 s after SIGTERM with the broker frozen: {}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            )
+        });
+    let took = stopping.elapsed();
+    eprintln!("SIGTERM with the broker frozen: exited {code:?} after {took:?}");
+    let output = std::fs::read_to_string(&log).unwrap_or_default();
+    assert_eq!(code, Some(0), "a clean exit: {output}");
+    // Nothing was under way, so no drain grace: the wait for the goodbyes, the runtime's
+    // wait for the blocked calls, and a few seconds for a loaded machine.
+    let bound = hookstream_kafka::consumer::CLOSE_WAIT
+        + hookstream_telemetry::RUNTIME_SHUTDOWN
+        + Duration::from_secs(5);
+    assert!(
+        took < bound,
+        "exited {took:?} after SIGTERM (bound {bound:?}): {output}"
+    );
+    assert!(
+        output.contains("kafka did not answer the final commit or the leave-group request"),
+        "says why it stopped without leaving the group: {output}"
+    );
+    kafka.thaw();
+}

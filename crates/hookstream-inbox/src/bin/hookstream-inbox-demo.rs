@@ -15,8 +15,7 @@ struct Args {
     config: Option<PathBuf>,
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
     let args = Args::parse();
     let cfg: hookstream_inbox::demo::Config =
         hookstream_config::load_or_exit("hookstream-inbox-demo", args.config.as_deref());
@@ -28,5 +27,4 @@ async fn main() -> ExitCode {
             hookstream_inbox::demo::run(cfg, &registry, health, shutdown).await
         },
     )
-    .await
 }

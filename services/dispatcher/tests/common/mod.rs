@@ -45,6 +45,16 @@ pub fn start_relay(env: &TestEnv, token: &CancellationToken) {
 
 /// `start_relay`, reaching Kafka as `kafka` says (another listener, credentials).
 pub fn start_relay_with(env: &TestEnv, kafka: hookstream_config::KafkaConfig, token: &CancellationToken) {
+    drop(spawn_relay(env, kafka, token));
+}
+
+/// `start_relay_with`, with a handle that finishes once the relay has stopped (for a test
+/// that must not leave it running against a broker it is about to take away).
+pub fn spawn_relay(
+    env: &TestEnv,
+    kafka: hookstream_config::KafkaConfig,
+    token: &CancellationToken,
+) -> tokio::task::JoinHandle<()> {
     let cfg = outbox_relay::Config {
         database: env.database.clone(),
         kafka,
@@ -55,7 +65,7 @@ pub fn start_relay_with(env: &TestEnv, kafka: hookstream_config::KafkaConfig, to
         outbox_relay::run(cfg, &prometheus::Registry::new(), Default::default(), t)
             .await
             .expect("relay runs");
-    });
+    })
 }
 
 /// Runs a relay and a dispatcher with `cfg` in this process; cancel the token to stop both.
