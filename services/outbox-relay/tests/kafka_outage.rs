@@ -1,5 +1,7 @@
 //! Kafka stopped for 30 seconds under load: the backlog grows in the outbox, then drains by
-//! itself when Kafka is back; nothing is lost. Runs its own broker (`testkit::broker`).
+//! itself when Kafka is back; nothing is lost. And Kafka frozen (connections open, nothing
+//! answered) while the relay stops: it exits within its drain deadline, and what it had not
+//! shipped is shipped by the next relay. Each runs its own broker (`testkit::broker`).
 
 use std::path::Path;
 use std::time::Duration;
@@ -27,25 +29,7 @@ async fn kafka_down_for_thirty_seconds_under_load_loses_nothing() {
     .unwrap();
 
     let mut published = Vec::new();
-    let publish = |n: usize| {
-        let pool = env.pool.clone();
-        async move {
-            let mut tx = pool.begin().await.unwrap();
-            let mut ids = Vec::new();
-            for i in 0..n {
-                let e = Event::new(tenant, "order.updated", json!({ "i": i }))
-                    .aggregate("order", format!("o{}", i % 10));
-                ids.push(
-                    hookstream_producer::enqueue(&mut tx, &e)
-                        .await
-                        .unwrap()
-                        .to_string(),
-                );
-            }
-            tx.commit().await.unwrap();
-            ids
-        }
-    };
+    let publish = |n: usize| publish(&env, tenant, n);
     for _ in 0..10 {
         published.extend(publish(100).await);
     }
@@ -94,4 +78,101 @@ async fn kafka_down_for_thirty_seconds_under_load_loses_nothing() {
         records.len() - seen.len()
     );
     assert_eq!(relay.terminate().await, Some(0));
+}
+
+/// Commits `n` outbox rows in one transaction; returns their event ids.
+async fn publish(env: &TestEnv, tenant: uuid::Uuid, n: usize) -> Vec<String> {
+    let mut tx = env.pool.begin().await.unwrap();
+    let mut ids = Vec::new();
+    for i in 0..n {
+        let e =
+            Event::new(tenant, "order.updated", json!({ "i": i })).aggregate("order", format!("o{}", i % 10));
+        ids.push(
+            hookstream_producer::enqueue(&mut tx, &e)
+                .await
+                .unwrap()
+                .to_string(),
+        );
+    }
+    tx.commit().await.unwrap();
+    ids
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_that_hangs_while_the_relay_stops_does_not_hold_its_exit_and_loses_nothing() {
+    let kafka = PrivateKafka::start();
+    let env = TestEnv::on_brokers(3, &kafka.brokers()).await.unwrap();
+    let tenant = env.tenant("t").await.unwrap();
+    let mut vars = service_env(&env);
+    vars.push(("HOOKSTREAM_RELAY__PRODUCE_TIMEOUT_MS".into(), "5000".into()));
+    let spawn = |name: &str| {
+        ServiceProcess::spawn(
+            Path::new(env!("CARGO_BIN_EXE_outbox-relay")),
+            &vars,
+            &env.log_path(name),
+        )
+        .unwrap()
+    };
+    let relay = spawn("relay");
+    let mut published = publish(&env, tenant, 500).await;
+    assert!(
+        eventually(Duration::from_secs(30), || async {
+            env.outbox_len().await.unwrap() == 0
+        })
+        .await,
+        "the first rows shipped"
+    );
+    kafka.freeze();
+    // Rows the relay takes and cannot get acknowledged: its batch is under way when it stops.
+    published.extend(publish(&env, tenant, 500).await);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let stopping = std::time::Instant::now();
+    let log = env.log_path("relay");
+    let code = tokio::time::timeout(Duration::from_secs(180), relay.terminate())
+        .await
+        .unwrap_or_else(|_| {
+            panic!(
+                "still running 180 s after SIGTERM with the broker frozen: {}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            )
+        });
+    let took = stopping.elapsed();
+    println!("SIGTERM with the broker frozen: the relay exited {code:?} after {took:?}");
+    // The chart's drain for the relay (produce timeout + 10 s + the 5 s flush), the runtime's
+    // wait for blocking calls, and a few seconds for a loaded machine.
+    let bound =
+        Duration::from_secs(5 + 10 + 5) + hookstream_telemetry::RUNTIME_SHUTDOWN + Duration::from_secs(5);
+    assert!(
+        took < bound,
+        "exited {took:?} after SIGTERM (bound {bound:?}): {}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+    assert!(
+        env.outbox_len().await.unwrap() > 0,
+        "rows not acknowledged stay in the outbox"
+    );
+
+    kafka.thaw();
+    let next = spawn("relay-2");
+    assert!(
+        eventually(Duration::from_secs(90), || async {
+            env.outbox_len().await.unwrap() == 0
+        })
+        .await,
+        "the next relay ships what was left"
+    );
+    let records = env.read_all(&env.kafka.topics.events).await.unwrap();
+    let seen = counts(
+        records
+            .iter()
+            .map(|r| EventEnvelope::decode(r.payload.as_slice()).unwrap().event_id),
+    );
+    let missing = published.iter().filter(|id| !seen.contains_key(*id)).count();
+    assert_eq!(
+        missing,
+        0,
+        "every one of {} events reached Kafka",
+        published.len()
+    );
+    assert_eq!(next.terminate().await, Some(0));
 }
