@@ -19,6 +19,51 @@ pub struct PrivateKafka {
     acls: bool,
 }
 
+/// Private brokers' state directories: `<temp>/hookstream-kafka-<uuid>`.
+const STATE_PREFIX: &str = "hookstream-kafka-";
+/// The pid of the test process that started the broker, in its state directory.
+const OWNER_FILE: &str = "owner.pid";
+
+/// Stops the brokers of test processes that are gone. A panicking test stops its broker (in
+/// `Drop`); one killed outright (a timeout, SIGKILL) cannot, and its broker (a 1 GB heap)
+/// would run until the machine restarts. Their state directories stay, logs included.
+fn stop_orphans() {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let state = entry.path();
+        let ours = entry.file_name().to_string_lossy().starts_with(STATE_PREFIX);
+        if !ours || !state.join("run/kafka.pid").exists() {
+            continue;
+        }
+        let Some(owner) = std::fs::read_to_string(state.join(OWNER_FILE))
+            .ok()
+            .and_then(|p| p.trim().parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if Path::new(&format!("/proc/{owner}")).exists() {
+            continue;
+        }
+        let orphan = PrivateKafka {
+            state,
+            port: 0,
+            controller: 0,
+            secured: (0, 0),
+            acls: false,
+        };
+        eprintln!(
+            "stopping the broker of test process {owner}, which is gone ({})",
+            orphan.state.display()
+        );
+        orphan.thaw_quietly();
+        let _ = orphan.run(&["stop"]);
+        // Not dropped: that would remove its logs.
+        std::mem::forget(orphan);
+    }
+}
+
 fn script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/stack/kafka.sh")
 }
@@ -53,7 +98,8 @@ impl PrivateKafka {
     }
 
     fn started(acls: bool) -> Self {
-        let state = std::env::temp_dir().join(format!("hookstream-kafka-{}", uuid::Uuid::new_v4().simple()));
+        stop_orphans();
+        let state = std::env::temp_dir().join(format!("{STATE_PREFIX}{}", uuid::Uuid::new_v4().simple()));
         let k = Self {
             state,
             port: listener_port(),
@@ -61,6 +107,9 @@ impl PrivateKafka {
             secured: (listener_port(), listener_port()),
             acls,
         };
+        std::fs::create_dir_all(&k.state).expect("create the broker's state directory");
+        std::fs::write(k.state.join(OWNER_FILE), std::process::id().to_string())
+            .expect("write the broker's owner");
         k.must(&["start"]);
         k
     }
@@ -104,6 +153,13 @@ impl PrivateKafka {
     /// Lets a frozen broker go on (SIGCONT).
     pub fn thaw(&self) {
         self.signal("CONT");
+    }
+
+    /// `thaw` without a check: for cleaning up, when the broker may be gone already.
+    fn thaw_quietly(&self) {
+        if let Ok(pid) = std::fs::read_to_string(self.state.join("run/kafka.pid")) {
+            let _ = Command::new("kill").args(["-CONT", pid.trim()]).status();
+        }
     }
 
     fn signal(&self, name: &str) {
@@ -150,9 +206,7 @@ impl Drop for PrivateKafka {
     fn drop(&mut self) {
         // No assertion here: a second panic while unwinding would abort the test binary. A
         // frozen broker cannot stop: let it go on first (harmless when it is not frozen).
-        if let Ok(pid) = std::fs::read_to_string(self.state.join("run/kafka.pid")) {
-            let _ = Command::new("kill").args(["-CONT", pid.trim()]).status();
-        }
+        self.thaw_quietly();
         let stopped = self.run(&["stop"]);
         if stopped && !std::thread::panicking() {
             let _ = std::fs::remove_dir_all(&self.state);
