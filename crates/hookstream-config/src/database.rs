@@ -63,6 +63,17 @@ impl Default for DatabaseConfig {
 }
 
 impl DatabaseConfig {
+    /// How long a client waits for one answer before it gives a connection up as gone dark:
+    /// the statement timeout the server enforces (30 s when it is off) plus 5 s.
+    pub fn answer_deadline(&self) -> std::time::Duration {
+        let statement = if self.statement_timeout_ms > 0 {
+            self.statement_timeout_ms
+        } else {
+            30_000
+        };
+        std::time::Duration::from_millis(statement + 5_000)
+    }
+
     /// The URL with its password masked, for messages and logs.
     pub fn redacted_url(&self) -> String {
         redact_password(&self.url)

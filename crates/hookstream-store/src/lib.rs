@@ -55,6 +55,28 @@ pub enum StoreError {
     Seal(#[from] sealing::SealError),
     #[error("{0}")]
     Connect(String),
+    /// The server did not answer a round trip in time (`answered`): the connection is given up.
+    #[error("postgresql did not answer within {0:?} (a server gone dark, e.g. the old primary after a failover); giving the connection up")]
+    Unanswered(Duration),
+}
+
+/// Waits for one database round trip (or a short sequence of them) on a connection for at
+/// most `deadline` (`DatabaseConfig::answer_deadline`). The server's statement timeout ends a
+/// slow statement, but only a server that answers can enforce it: one gone dark (a failover's
+/// old primary, a partition dropping packets, a frozen process) leaves the socket open and the
+/// caller waiting, for about 15 minutes until the kernel gives up, or for ever. On
+/// `Unanswered` the caller must drop the connection, never use it again.
+pub async fn answered<T, E>(
+    deadline: Duration,
+    round_trip: impl std::future::Future<Output = Result<T, E>>,
+) -> Result<T, StoreError>
+where
+    E: Into<StoreError>,
+{
+    match tokio::time::timeout(deadline, round_trip).await {
+        Ok(result) => result.map_err(Into::into),
+        Err(_) => Err(StoreError::Unanswered(deadline)),
+    }
 }
 
 impl StoreError {

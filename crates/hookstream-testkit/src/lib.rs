@@ -11,6 +11,7 @@
 pub mod broker;
 pub mod busy;
 pub mod fixtures;
+pub mod partition;
 pub mod process;
 pub mod receiver;
 

@@ -23,7 +23,7 @@ use hookstream_store::outbox::{self, OutboxRow};
 use hookstream_store::sqlx::postgres::PgConnection;
 use hookstream_store::sqlx::{self, Connection, PgPool};
 use hookstream_store::wakeup::Wakeup;
-use hookstream_store::StoreError;
+use hookstream_store::{answered, StoreError};
 use hookstream_telemetry::prometheus::Registry;
 use hookstream_telemetry::{Health, ServiceError, Supervisor};
 use tokio_util::sync::CancellationToken;
@@ -35,6 +35,8 @@ pub use metrics::RelayMetrics;
 const SHARD_LOCK_NAMESPACE: i32 = 0x486b_5374; // "HkSt"
 /// Every live relay holds this advisory lock (shared); their number sets the fair share.
 const MEMBERS_LOCK_NAMESPACE: i32 = 0x486b_5375;
+/// How long releasing the shards at shutdown may wait for the server.
+const RELEASE_WAIT: Duration = Duration::from_secs(5);
 
 #[derive(Debug, thiserror::Error)]
 pub enum RelayError {
@@ -217,35 +219,45 @@ impl Relay {
     /// in `pg_locks`, so a relay that dies leaves the count (and its shards) the moment its
     /// connection closes. Extra shards are released between batches, never during one.
     async fn rebalance(&mut self) -> Result<(), RelayError> {
+        let deadline = self.cfg.database.answer_deadline();
         if self.owner.is_none() {
-            let mut conn =
-                PgConnection::connect_with(&hookstream_store::connect_options(&self.cfg.database)?).await?;
-            sqlx::query("SELECT pg_advisory_lock_shared($1, 0)")
-                .bind(MEMBERS_LOCK_NAMESPACE)
-                .execute(&mut conn)
-                .await?;
+            let options = hookstream_store::connect_options(&self.cfg.database)?;
+            let mut conn = answered(deadline, PgConnection::connect_with(&options)).await?;
+            answered(
+                deadline,
+                sqlx::query("SELECT pg_advisory_lock_shared($1, 0)")
+                    .bind(MEMBERS_LOCK_NAMESPACE)
+                    .execute(&mut conn),
+            )
+            .await?;
             self.owner = Some(conn);
             self.shards.clear();
         }
         let conn = self.owner.as_mut().expect("owner connection");
-        let (count, members): (i32, i64) = sqlx::query_as(
-            "SELECT hookstream.shard_count(),
+        let (count, members): (i32, i64) = answered(
+            deadline,
+            sqlx::query_as(
+                "SELECT hookstream.shard_count(),
                     (SELECT count(*) FROM pg_locks
                       WHERE locktype = 'advisory' AND granted AND objsubid = 2 AND objid = 0
                         AND classid = $1::integer::oid
                         AND database = (SELECT oid FROM pg_database WHERE datname = current_database()))",
+            )
+            .bind(MEMBERS_LOCK_NAMESPACE)
+            .fetch_one(&mut *conn),
         )
-        .bind(MEMBERS_LOCK_NAMESPACE)
-        .fetch_one(&mut *conn)
         .await?;
         let target = fair_share(count, members);
         while self.shards.len() > target {
             let shard = self.shards.pop().expect("non-empty");
-            sqlx::query("SELECT pg_advisory_unlock($1, $2)")
-                .bind(SHARD_LOCK_NAMESPACE)
-                .bind(shard)
-                .execute(&mut *conn)
-                .await?;
+            answered(
+                deadline,
+                sqlx::query("SELECT pg_advisory_unlock($1, $2)")
+                    .bind(SHARD_LOCK_NAMESPACE)
+                    .bind(shard)
+                    .execute(&mut *conn),
+            )
+            .await?;
             tracing::info!(shard, members, "shard released to another relay");
         }
         for shard in 0..count {
@@ -255,11 +267,14 @@ impl Relay {
             if self.shards.contains(&shard) {
                 continue;
             }
-            let got: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1, $2)")
-                .bind(SHARD_LOCK_NAMESPACE)
-                .bind(shard)
-                .fetch_one(&mut *conn)
-                .await?;
+            let got: bool = answered(
+                deadline,
+                sqlx::query_scalar("SELECT pg_try_advisory_lock($1, $2)")
+                    .bind(SHARD_LOCK_NAMESPACE)
+                    .bind(shard)
+                    .fetch_one(&mut *conn),
+            )
+            .await?;
             if got {
                 tracing::info!(shard, members, "shard acquired");
                 self.shards.push(shard);
@@ -272,10 +287,16 @@ impl Relay {
 
     async fn release(&mut self) {
         if let Some(mut conn) = self.owner.take() {
-            let _ = sqlx::query("SELECT pg_advisory_unlock_all()")
-                .execute(&mut conn)
-                .await;
-            let _ = conn.close().await;
+            // Best effort: the locks go with the connection anyway, and a server gone dark
+            // must not hold the shutdown.
+            let unlocked = answered(
+                RELEASE_WAIT,
+                sqlx::query("SELECT pg_advisory_unlock_all()").execute(&mut conn),
+            )
+            .await;
+            if unlocked.is_ok() {
+                let _ = answered(RELEASE_WAIT, conn.close()).await;
+            }
             tracing::info!(shards = self.shards.len(), "shards released");
         }
         self.shards.clear();
@@ -286,11 +307,16 @@ impl Relay {
         let started = Instant::now();
         let topic = self.cfg.kafka.topics.events.clone();
         let max_bytes = self.cfg.relay.max_record_bytes;
+        let deadline = self.cfg.database.answer_deadline();
         let conn = self.owner.as_mut().expect("owner connection");
-        let mut tx = conn.begin().await?;
-        let rows = outbox::claim(&mut tx, &self.shards, self.cfg.relay.batch_size).await?;
+        let mut tx = answered(deadline, conn.begin()).await?;
+        let rows = answered(
+            deadline,
+            outbox::claim(&mut tx, &self.shards, self.cfg.relay.batch_size),
+        )
+        .await?;
         if rows.is_empty() {
-            tx.commit().await?;
+            answered(deadline, tx.commit()).await?;
             return Ok(BatchResult { claimed: 0 });
         }
         let mut quarantined: Vec<(i64, String)> = Vec::new();
@@ -362,11 +388,11 @@ impl Relay {
         if let Some(e) = failure {
             // Nothing is deleted: rows stay and are shipped again (acknowledged ones twice).
             self.metrics.produce_errors.inc();
-            tx.rollback().await?;
+            answered(deadline, tx.rollback()).await?;
             return Err(e.into());
         }
-        outbox::finish(&mut tx, &shipped, &quarantined).await?;
-        tx.commit().await?;
+        answered(deadline, outbox::finish(&mut tx, &shipped, &quarantined)).await?;
+        answered(deadline, tx.commit()).await?;
         for (id, reason) in &quarantined {
             tracing::warn!(outbox_id = id, reason = %reason, "outbox row quarantined");
         }
