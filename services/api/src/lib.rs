@@ -141,6 +141,7 @@ pub async fn run(
         pool.clone(),
         cfg.api.message_writers,
         cfg.api.message_batch_rows,
+        cfg.database.answer_deadline(),
         metrics.clone(),
     );
     let grace = Duration::from_millis(cfg.api.shutdown_grace_ms);

@@ -8,6 +8,7 @@
 use std::future::Future;
 use std::time::Duration;
 
+use hookstream_store::answered;
 use hookstream_store::batch::{Batcher, Refused};
 use hookstream_store::messages::{self, Enqueued, NewMessage};
 use hookstream_store::sqlx::PgPool;
@@ -23,10 +24,14 @@ pub struct MessageWriter {
 impl MessageWriter {
     /// The writer handle and the writer tasks to supervise (each ends once every handle is
     /// dropped and the queue is answered).
+    ///
+    /// A write the database does not answer within `deadline` (`DatabaseConfig::answer_deadline`)
+    /// fails as unavailable: a writer never waits for ever on a server gone dark.
     pub fn new(
         pool: PgPool,
         writers: usize,
         max_rows: usize,
+        deadline: Duration,
         metrics: ApiMetrics,
     ) -> (Self, Vec<impl Future<Output = ()> + Send>) {
         let (batcher, tasks) =
@@ -35,7 +40,7 @@ impl MessageWriter {
                 let metrics = metrics.clone();
                 async move {
                     metrics.message_batch_rows.observe(rows.len() as f64);
-                    let result = messages::enqueue_many(&pool, &rows).await;
+                    let result = answered(deadline, messages::enqueue_many(&pool, &rows)).await;
                     (rows, result)
                 }
             });

@@ -37,7 +37,7 @@ use hookstream_proto::{AttemptBatch, AttemptRecord, Message as _, BATCH_HEADER, 
 use hookstream_store::attempts::{self, NewAttempt};
 use hookstream_store::batch::Batcher;
 use hookstream_store::sqlx::PgPool;
-use hookstream_store::StoreError;
+use hookstream_store::{answered, StoreError};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{watch, Mutex};
 use tokio_util::sync::CancellationToken;
@@ -149,7 +149,7 @@ pub(crate) async fn run(setup: Setup, shutdown: CancellationToken) -> Result<(),
     };
     // Lazy: the service checked the database at start, and the writes retry while it is down.
     let pool = hookstream_store::connect_lazy(&database).map_err(|e| format!("database settings: {e}"))?;
-    let (writer, write_rows) = writer(pool.clone());
+    let (writer, write_rows) = writer(pool.clone(), database.answer_deadline());
     let writing = tokio::spawn(write_rows);
     let upkeep = tokio::spawn(maintain(
         pool,
@@ -190,13 +190,17 @@ pub(crate) async fn run(setup: Setup, shutdown: CancellationToken) -> Result<(),
 }
 
 /// The writer of the sink's rows (it creates the day partitions a batch needs first), and the
-/// task that writes them.
-pub(crate) fn writer(pool: PgPool) -> (AttemptWriter, impl std::future::Future<Output = ()> + Send) {
+/// task that writes them. A write not answered within `deadline` fails and is retried (see
+/// `dlq_sink::writer`).
+pub(crate) fn writer(
+    pool: PgPool,
+    deadline: Duration,
+) -> (AttemptWriter, impl std::future::Future<Output = ()> + Send) {
     let known: Arc<Mutex<HashSet<NaiveDate>>> = Arc::default();
     Batcher::new(BATCH_ROWS, move |rows: Vec<NewAttempt>| {
         let (pool, known) = (pool.clone(), known.clone());
         async move {
-            let result = write(&pool, &known, &rows).await;
+            let result = answered(deadline, write(&pool, &known, &rows)).await;
             (rows, result)
         }
     })

@@ -27,7 +27,7 @@ use hookstream_proto::{DeadLetter, Message as _};
 use hookstream_store::batch::Batcher;
 use hookstream_store::dead_letters::{self, NewDeadLetter, Position};
 use hookstream_store::sqlx::PgPool;
-use hookstream_store::StoreError;
+use hookstream_store::{answered, StoreError};
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -132,12 +132,17 @@ pub(crate) async fn prune_loop(
 pub(crate) type DeadLetterWriter = Batcher<NewDeadLetter, Option<i64>>;
 
 /// The writer of the sink's rows, and the task that writes them (it ends when the sink, the
-/// last holder of the handle, is dropped).
-pub(crate) fn writer(pool: PgPool) -> (DeadLetterWriter, impl std::future::Future<Output = ()> + Send) {
+/// last holder of the handle, is dropped). A write the database does not answer within
+/// `deadline` (`DatabaseConfig::answer_deadline`) fails like any other, and is retried: the
+/// one writer must not wait for ever on a server gone dark, every dead letter behind it.
+pub(crate) fn writer(
+    pool: PgPool,
+    deadline: Duration,
+) -> (DeadLetterWriter, impl std::future::Future<Output = ()> + Send) {
     Batcher::new(BATCH_ROWS, move |rows: Vec<NewDeadLetter>| {
         let pool = pool.clone();
         async move {
-            let result = dead_letters::insert_many(&pool, &rows).await;
+            let result = answered(deadline, dead_letters::insert_many(&pool, &rows)).await;
             (rows, result)
         }
     })

@@ -264,7 +264,7 @@ pub async fn run(
             vec![cfg.kafka.topics.dlq.clone()],
             dlq_sink::MAX_IN_FLIGHT,
         );
-        let (writer, write_rows) = dlq_sink::writer(pool.clone());
+        let (writer, write_rows) = dlq_sink::writer(pool.clone(), cfg.database.answer_deadline());
         sup.spawn("dead-letter writer", async move {
             write_rows.await;
             Ok::<(), std::convert::Infallible>(())

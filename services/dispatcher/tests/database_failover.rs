@@ -1,0 +1,126 @@
+//! PostgreSQL stops answering on the dispatcher's connections without closing them (a
+//! failover whose old primary went dark, a partition dropping packets) while the DLQ sink's
+//! write is under way. Its one batch writer then waits on a socket nothing will answer (about
+//! 15 minutes until the kernel gives up; for ever here), and every later dead letter waits
+//! behind it, `/healthz` green. The write is given up after the statement timeout plus a
+//! margin, and the sink's retry reaches the database on a new connection. Settings as shipped.
+//!
+//! To have the write under way at the cut, the test holds a lock on the dead-letter table:
+//! the sink's insert waits for it on the server, the connections are cut, the lock is let go.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use hookstream_store::outbox::NewEvent;
+use hookstream_store::sqlx;
+use hookstream_testkit::partition::Partition;
+use hookstream_testkit::process::{admin_get, dispatcher_env, free_port, ServiceProcess};
+use hookstream_testkit::{eventually, Behaviour, Receiver, TestEnv};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+mod common;
+
+async fn dead_letters_of(env: &TestEnv, event: uuid::Uuid) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM hookstream.dead_letters WHERE event_id = $1")
+        .bind(event)
+        .fetch_one(&env.pool)
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_that_goes_dark_under_a_dlq_sink_write_does_not_stop_the_sink() {
+    let env = TestEnv::new(2).await.unwrap();
+    let tenant = env.tenant("t").await.unwrap();
+    // Every attempt is refused for good: each event is dead-lettered at once.
+    let receiver = Receiver::start(Behaviour::Status(400)).await;
+    env.endpoint(tenant, &receiver, &[]).await.unwrap();
+    let (partition, url) = Partition::database(&env.database.url).await.unwrap();
+    let port = free_port();
+    let mut vars = dispatcher_env(&env);
+    vars.retain(|(k, _)| k != "HOOKSTREAM_DATABASE__URL" && k != "HOOKSTREAM_TELEMETRY__LISTEN");
+    vars.push(("HOOKSTREAM_DATABASE__URL".into(), url));
+    vars.push(("HOOKSTREAM_TELEMETRY__LISTEN".into(), format!("127.0.0.1:{port}")));
+    let log = env.log_path("dispatcher");
+    let mut dispatcher =
+        ServiceProcess::spawn(Path::new(env!("CARGO_BIN_EXE_dispatcher")), &vars, &log).unwrap();
+    assert!(
+        eventually(Duration::from_secs(60), || async {
+            admin_get(port, "/readyz").await.map(|r| r.0) == Some(200)
+        })
+        .await,
+        "the dispatcher becomes ready: {}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+    let relay = CancellationToken::new();
+    common::start_relay(&env, &relay);
+    let event = |i: i32| NewEvent::new(tenant, "order.created", json!({ "i": i }));
+
+    let first = env.publish(&[event(0)]).await.unwrap()[0];
+    assert!(
+        eventually(Duration::from_secs(30), || async {
+            dead_letters_of(&env, first).await == 1
+        })
+        .await,
+        "the sink stores dead letters: {}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+
+    let mut lock = env.pool.begin().await.unwrap();
+    sqlx::query("LOCK TABLE hookstream.dead_letters IN ACCESS EXCLUSIVE MODE")
+        .execute(&mut *lock)
+        .await
+        .unwrap();
+    let second = env.publish(&[event(1)]).await.unwrap()[0];
+    let waiting = || async {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT count(*) FROM pg_stat_activity
+              WHERE datname = current_database() AND wait_event_type = 'Lock'
+                AND query ILIKE '%dead_letters%'",
+        )
+        .fetch_one(&env.pool)
+        .await
+        .unwrap()
+            > 0
+    };
+    assert!(
+        eventually(Duration::from_secs(30), waiting).await,
+        "the sink's insert waits for the lock"
+    );
+    partition.cut();
+    let cut = Instant::now();
+    lock.rollback().await.unwrap();
+
+    // A dead letter made after the cut: it waits behind the write that was cut.
+    let third = env.publish(&[event(2)]).await.unwrap()[0];
+    // The statement timeout as shipped (30 s) and the margin, a new connection (the pool's
+    // idle ones are dark too: each costs an acquire timeout, 10 s), the sink's backoff, and
+    // slack for a loaded machine.
+    let bound = Duration::from_secs(35 + 30 + 15);
+    let stored = eventually(bound, || async {
+        dead_letters_of(&env, third).await == 1 && dead_letters_of(&env, second).await == 1
+    })
+    .await;
+    let output = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        stored,
+        "the dead letter whose write was cut, and the one made after the cut, were stored within {bound:?} \
+         ({} and {}): {output}",
+        dead_letters_of(&env, second).await,
+        dead_letters_of(&env, third).await
+    );
+    println!(
+        "database gone dark: the DLQ sink stored both {:?} after the cut",
+        cut.elapsed()
+    );
+    assert!(
+        output.contains("postgresql did not answer"),
+        "the dispatcher says why: {output}"
+    );
+    if let Err(why) = dispatcher.healthy_for(port, Duration::from_secs(1)).await {
+        panic!("the dispatcher stays healthy: {why}: {output}");
+    }
+    relay.cancel();
+    assert_eq!(dispatcher.terminate().await, Some(0));
+}
