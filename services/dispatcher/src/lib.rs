@@ -164,7 +164,13 @@ pub async fn run(
         }
         metrics.init_tiers(cfg.retry.tiers().iter().map(|t| cfg.retry.tier_label(&t.topic)));
     }
-    let subs = subscriptions::Subscriptions::load(pool.clone(), sealer, metrics.clone()).await?;
+    let subs = subscriptions::Subscriptions::load(
+        pool.clone(),
+        sealer,
+        metrics.clone(),
+        cfg.database.answer_deadline(),
+    )
+    .await?;
     let producer = hookstream_kafka::HandoffProducer::new(&cfg.kafka, Duration::from_secs(30))?;
     let attempt_log = attempt_log::AttemptLog::new(
         &cfg.kafka,

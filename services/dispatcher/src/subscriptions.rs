@@ -16,7 +16,7 @@ use hookstream_store::sealing::Sealer;
 use hookstream_store::sqlx::PgPool;
 use hookstream_store::subscriptions::{self, Delta, View};
 use hookstream_store::wakeup::Wakeup;
-use hookstream_store::StoreError;
+use hookstream_store::{answered, StoreError};
 use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -132,6 +132,10 @@ pub struct Subscriptions {
     snapshot: RwLock<Arc<Snapshot>>,
     /// Serialises refreshes and remembers when the last one finished.
     refreshing: Mutex<Instant>,
+    /// How long a refresh waits for the database (`DatabaseConfig::answer_deadline`). A
+    /// refresh holds `refreshing`, and an event newer than the snapshot waits for one: a
+    /// query on a connection gone dark must not hold them for ever.
+    deadline: Duration,
 }
 
 impl Subscriptions {
@@ -140,6 +144,7 @@ impl Subscriptions {
         pool: PgPool,
         sealer: Sealer,
         metrics: DispatcherMetrics,
+        deadline: Duration,
     ) -> Result<Arc<Self>, StoreError> {
         let view = subscriptions::load_all(&pool, &sealer).await?;
         let snap = Snapshot::from_view(view);
@@ -151,6 +156,7 @@ impl Subscriptions {
             metrics,
             snapshot: RwLock::new(Arc::new(snap)),
             refreshing: Mutex::new(Instant::now()),
+            deadline,
         }))
     }
 
@@ -178,9 +184,12 @@ impl Subscriptions {
             .filter(|e| e.secrets_expire_at_ms.is_some_and(|t| t <= now))
             .map(|e| e.endpoint.id)
             .collect();
-        let delta = subscriptions::load_since(&self.pool, &self.sealer, snap.version, &expired)
-            .await
-            .inspect_err(|_| self.metrics.subscription_refresh_errors.inc())?;
+        let delta = answered(
+            self.deadline,
+            subscriptions::load_since(&self.pool, &self.sealer, snap.version, &expired),
+        )
+        .await
+        .inspect_err(|_| self.metrics.subscription_refresh_errors.inc())?;
         let next = match delta {
             Some(d) if d.version == snap.version && d.tenants.is_empty() && d.endpoints.is_empty() => None,
             Some(d) => {
@@ -191,7 +200,7 @@ impl Subscriptions {
                 Some(snap.apply(d))
             }
             None => {
-                let view = subscriptions::load_all(&self.pool, &self.sealer)
+                let view = answered(self.deadline, subscriptions::load_all(&self.pool, &self.sealer))
                     .await
                     .inspect_err(|_| self.metrics.subscription_refresh_errors.inc())?;
                 self.metrics

@@ -7,8 +7,12 @@
 //!
 //! To have the write under way at the cut, the test holds a lock on the dead-letter table:
 //! the sink's insert waits for it on the server, the connections are cut, the lock is let go.
+//!
+//! The same for the routing snapshot's refresh: it holds the refresh lock while it reads, and
+//! an event newer than the snapshot waits for a refresh, so a refresh cut under way would
+//! stop every such event (an endpoint created after the cut would never get its events).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use hookstream_store::outbox::NewEvent;
@@ -20,6 +24,46 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 mod common;
+
+/// A dispatcher on `env` whose database connections go through a `Partition`; its admin port
+/// and its log.
+async fn dispatcher_through(env: &TestEnv) -> (ServiceProcess, Partition, u16, PathBuf) {
+    let (partition, url) = Partition::database(&env.database.url).await.unwrap();
+    let port = free_port();
+    let mut vars = dispatcher_env(env);
+    vars.retain(|(k, _)| k != "HOOKSTREAM_DATABASE__URL" && k != "HOOKSTREAM_TELEMETRY__LISTEN");
+    vars.push(("HOOKSTREAM_DATABASE__URL".into(), url));
+    vars.push(("HOOKSTREAM_TELEMETRY__LISTEN".into(), format!("127.0.0.1:{port}")));
+    let log = env.log_path("dispatcher");
+    let dispatcher = ServiceProcess::spawn(Path::new(env!("CARGO_BIN_EXE_dispatcher")), &vars, &log).unwrap();
+    assert!(
+        eventually(Duration::from_secs(60), || async {
+            admin_get(port, "/readyz").await.map(|r| r.0) == Some(200)
+        })
+        .await,
+        "the dispatcher becomes ready: {}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+    (dispatcher, partition, port, log)
+}
+
+/// Whether a statement of another session matching `pattern` (SQL `LIKE`) waits for a lock.
+async fn waits_on(env: &TestEnv, pattern: &str) -> bool {
+    sqlx::query_scalar::<_, i64>(
+        "SELECT count(*) FROM pg_stat_activity
+          WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE $1",
+    )
+    .bind(pattern)
+    .fetch_one(&env.pool)
+    .await
+    .unwrap()
+        > 0
+}
+
+/// The statement timeout as shipped (30 s) and the margin, a new connection (the pool's idle
+/// ones are dark too: each costs an acquire timeout, 10 s), a retry's backoff, and slack for
+/// a loaded machine.
+const RECOVERY: Duration = Duration::from_secs(35 + 30 + 15);
 
 async fn dead_letters_of(env: &TestEnv, event: uuid::Uuid) -> i64 {
     sqlx::query_scalar("SELECT count(*) FROM hookstream.dead_letters WHERE event_id = $1")
@@ -36,23 +80,7 @@ async fn a_database_that_goes_dark_under_a_dlq_sink_write_does_not_stop_the_sink
     // Every attempt is refused for good: each event is dead-lettered at once.
     let receiver = Receiver::start(Behaviour::Status(400)).await;
     env.endpoint(tenant, &receiver, &[]).await.unwrap();
-    let (partition, url) = Partition::database(&env.database.url).await.unwrap();
-    let port = free_port();
-    let mut vars = dispatcher_env(&env);
-    vars.retain(|(k, _)| k != "HOOKSTREAM_DATABASE__URL" && k != "HOOKSTREAM_TELEMETRY__LISTEN");
-    vars.push(("HOOKSTREAM_DATABASE__URL".into(), url));
-    vars.push(("HOOKSTREAM_TELEMETRY__LISTEN".into(), format!("127.0.0.1:{port}")));
-    let log = env.log_path("dispatcher");
-    let mut dispatcher =
-        ServiceProcess::spawn(Path::new(env!("CARGO_BIN_EXE_dispatcher")), &vars, &log).unwrap();
-    assert!(
-        eventually(Duration::from_secs(60), || async {
-            admin_get(port, "/readyz").await.map(|r| r.0) == Some(200)
-        })
-        .await,
-        "the dispatcher becomes ready: {}",
-        std::fs::read_to_string(&log).unwrap_or_default()
-    );
+    let (mut dispatcher, partition, port, log) = dispatcher_through(&env).await;
     let relay = CancellationToken::new();
     common::start_relay(&env, &relay);
     let event = |i: i32| NewEvent::new(tenant, "order.created", json!({ "i": i }));
@@ -73,19 +101,12 @@ async fn a_database_that_goes_dark_under_a_dlq_sink_write_does_not_stop_the_sink
         .await
         .unwrap();
     let second = env.publish(&[event(1)]).await.unwrap()[0];
-    let waiting = || async {
-        sqlx::query_scalar::<_, i64>(
-            "SELECT count(*) FROM pg_stat_activity
-              WHERE datname = current_database() AND wait_event_type = 'Lock'
-                AND query ILIKE '%dead_letters%'",
-        )
-        .fetch_one(&env.pool)
-        .await
-        .unwrap()
-            > 0
-    };
     assert!(
-        eventually(Duration::from_secs(30), waiting).await,
+        eventually(Duration::from_secs(30), || waits_on(
+            &env,
+            "%INSERT INTO hookstream.dead_letters%"
+        ))
+        .await,
         "the sink's insert waits for the lock"
     );
     partition.cut();
@@ -94,24 +115,82 @@ async fn a_database_that_goes_dark_under_a_dlq_sink_write_does_not_stop_the_sink
 
     // A dead letter made after the cut: it waits behind the write that was cut.
     let third = env.publish(&[event(2)]).await.unwrap()[0];
-    // The statement timeout as shipped (30 s) and the margin, a new connection (the pool's
-    // idle ones are dark too: each costs an acquire timeout, 10 s), the sink's backoff, and
-    // slack for a loaded machine.
-    let bound = Duration::from_secs(35 + 30 + 15);
-    let stored = eventually(bound, || async {
+    let stored = eventually(RECOVERY, || async {
         dead_letters_of(&env, third).await == 1 && dead_letters_of(&env, second).await == 1
     })
     .await;
     let output = std::fs::read_to_string(&log).unwrap_or_default();
     assert!(
         stored,
-        "the dead letter whose write was cut, and the one made after the cut, were stored within {bound:?} \
+        "the dead letter whose write was cut, and the one made after the cut, were stored within {RECOVERY:?} \
          ({} and {}): {output}",
         dead_letters_of(&env, second).await,
         dead_letters_of(&env, third).await
     );
     println!(
         "database gone dark: the DLQ sink stored both {:?} after the cut",
+        cut.elapsed()
+    );
+    assert!(
+        output.contains("postgresql did not answer"),
+        "the dispatcher says why: {output}"
+    );
+    if let Err(why) = dispatcher.healthy_for(port, Duration::from_secs(1)).await {
+        panic!("the dispatcher stays healthy: {why}: {output}");
+    }
+    relay.cancel();
+    assert_eq!(dispatcher.terminate().await, Some(0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_that_goes_dark_under_a_routing_refresh_does_not_stop_routing() {
+    let env = TestEnv::new(2).await.unwrap();
+    let tenant = env.tenant("t").await.unwrap();
+    let first = Receiver::start(Behaviour::Ok).await;
+    env.endpoint(tenant, &first, &[]).await.unwrap();
+    let (mut dispatcher, partition, port, log) = dispatcher_through(&env).await;
+    let relay = CancellationToken::new();
+    common::start_relay(&env, &relay);
+    let event = |i: i32| NewEvent::new(tenant, "order.created", json!({ "i": i }));
+    env.publish(&[event(0)]).await.unwrap();
+    assert!(
+        eventually(Duration::from_secs(30), || async { first.successes() == 1 }).await,
+        "routing works: {}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+
+    // The fallback refresh (every 5 s) reads the version first, alone, and waits for the
+    // lock (the relay's claim, which reads it inside a larger statement, waits too).
+    let mut lock = env.pool.begin().await.unwrap();
+    sqlx::query("LOCK TABLE hookstream.subscription_state IN ACCESS EXCLUSIVE MODE")
+        .execute(&mut *lock)
+        .await
+        .unwrap();
+    assert!(
+        eventually(Duration::from_secs(30), || waits_on(
+            &env,
+            "SELECT version FROM hookstream.subscription_state"
+        ))
+        .await,
+        "a refresh waits for the lock"
+    );
+    partition.cut();
+    let cut = Instant::now();
+    lock.rollback().await.unwrap();
+
+    // An endpoint created after the cut: its event is newer than the snapshot, so routing it
+    // waits for a refresh.
+    let second = Receiver::start(Behaviour::Ok).await;
+    env.endpoint(tenant, &second, &[]).await.unwrap();
+    env.publish(&[event(1)]).await.unwrap();
+    let routed = eventually(RECOVERY, || async { second.successes() == 1 }).await;
+    let output = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        routed,
+        "the event for the endpoint created after the cut was delivered within {RECOVERY:?}: {output}"
+    );
+    println!(
+        "database gone dark: routing refreshed again {:?} after the cut",
         cut.elapsed()
     );
     assert!(
