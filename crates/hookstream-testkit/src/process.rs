@@ -40,6 +40,49 @@ impl ServiceProcess {
         })
     }
 
+    /// `spawn`, with its admin listener on a free port (any `HOOKSTREAM_TELEMETRY__LISTEN` in
+    /// `env` is replaced); returns once `/readyz` answers 200, with that port. Panics with the
+    /// service's log when it is not ready within 60 s.
+    pub async fn spawn_ready(bin: &Path, env: &[(String, String)], log_file: &Path) -> (Self, u16) {
+        let port = free_port();
+        let mut vars: Vec<(String, String)> = env
+            .iter()
+            .filter(|(k, _)| k != "HOOKSTREAM_TELEMETRY__LISTEN")
+            .cloned()
+            .collect();
+        vars.push(("HOOKSTREAM_TELEMETRY__LISTEN".into(), format!("127.0.0.1:{port}")));
+        let process = Self::spawn(bin, &vars, log_file).expect("start the service");
+        let ready = crate::eventually(std::time::Duration::from_secs(60), || async {
+            admin_get(port, "/readyz").await.map(|r| r.0) == Some(200)
+        })
+        .await;
+        assert!(
+            ready,
+            "{} becomes ready: {}",
+            process.name,
+            std::fs::read_to_string(log_file).unwrap_or_default()
+        );
+        (process, port)
+    }
+
+    /// SIGTERM, then waits at most `limit` for the exit: its code and how long it took.
+    /// Panics with the service's log when it is still running after `limit`.
+    pub async fn terminate_within(
+        self,
+        limit: std::time::Duration,
+        log_file: &Path,
+    ) -> (Option<i32>, std::time::Duration) {
+        let started = std::time::Instant::now();
+        let name = self.name.clone();
+        match tokio::time::timeout(limit, self.terminate()).await {
+            Ok(code) => (code, started.elapsed()),
+            Err(_) => panic!(
+                "{name} still running {limit:?} after SIGTERM: {}",
+                std::fs::read_to_string(log_file).unwrap_or_default()
+            ),
+        }
+    }
+
     pub fn pid(&self) -> Option<u32> {
         self.child.id()
     }

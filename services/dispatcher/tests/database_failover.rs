@@ -18,33 +18,45 @@ use std::time::{Duration, Instant};
 use hookstream_store::outbox::NewEvent;
 use hookstream_store::sqlx;
 use hookstream_testkit::partition::Partition;
-use hookstream_testkit::process::{admin_get, dispatcher_env, free_port, ServiceProcess};
+use hookstream_testkit::process::{dispatcher_env, ServiceProcess};
 use hookstream_testkit::{eventually, Behaviour, Receiver, TestEnv};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 mod common;
 
-/// A dispatcher on `env` whose database connections go through a `Partition`; its admin port
-/// and its log.
+/// A dispatcher on `env` whose database connections go through a `Partition`, once ready;
+/// its admin port and its log.
 async fn dispatcher_through(env: &TestEnv) -> (ServiceProcess, Partition, u16, PathBuf) {
     let (partition, url) = Partition::database(&env.database.url).await.unwrap();
-    let port = free_port();
     let mut vars = dispatcher_env(env);
-    vars.retain(|(k, _)| k != "HOOKSTREAM_DATABASE__URL" && k != "HOOKSTREAM_TELEMETRY__LISTEN");
+    vars.retain(|(k, _)| k != "HOOKSTREAM_DATABASE__URL");
     vars.push(("HOOKSTREAM_DATABASE__URL".into(), url));
-    vars.push(("HOOKSTREAM_TELEMETRY__LISTEN".into(), format!("127.0.0.1:{port}")));
     let log = env.log_path("dispatcher");
-    let dispatcher = ServiceProcess::spawn(Path::new(env!("CARGO_BIN_EXE_dispatcher")), &vars, &log).unwrap();
-    assert!(
-        eventually(Duration::from_secs(60), || async {
-            admin_get(port, "/readyz").await.map(|r| r.0) == Some(200)
-        })
-        .await,
-        "the dispatcher becomes ready: {}",
-        std::fs::read_to_string(&log).unwrap_or_default()
-    );
+    let (dispatcher, port) =
+        ServiceProcess::spawn_ready(Path::new(env!("CARGO_BIN_EXE_dispatcher")), &vars, &log).await;
     (dispatcher, partition, port, log)
+}
+
+/// The end of both tests: the dispatcher said why it gave a connection up, stayed healthy,
+/// and stops cleanly.
+async fn said_why_and_stops_cleanly(
+    mut dispatcher: ServiceProcess,
+    port: u16,
+    log: &Path,
+    relay: CancellationToken,
+) {
+    let output = std::fs::read_to_string(log).unwrap_or_default();
+    assert!(
+        output.contains("postgresql did not answer"),
+        "the dispatcher says why: {output}"
+    );
+    if let Err(why) = dispatcher.healthy_for(port, Duration::from_secs(1)).await {
+        panic!("the dispatcher stays healthy: {why}: {output}");
+    }
+    relay.cancel();
+    let (code, _) = dispatcher.terminate_within(Duration::from_secs(60), log).await;
+    assert_eq!(code, Some(0));
 }
 
 /// Whether a statement of another session matching `pattern` (SQL `LIKE`) waits for a lock.
@@ -80,7 +92,7 @@ async fn a_database_that_goes_dark_under_a_dlq_sink_write_does_not_stop_the_sink
     // Every attempt is refused for good: each event is dead-lettered at once.
     let receiver = Receiver::start(Behaviour::Status(400)).await;
     env.endpoint(tenant, &receiver, &[]).await.unwrap();
-    let (mut dispatcher, partition, port, log) = dispatcher_through(&env).await;
+    let (dispatcher, partition, port, log) = dispatcher_through(&env).await;
     let relay = CancellationToken::new();
     common::start_relay(&env, &relay);
     let event = |i: i32| NewEvent::new(tenant, "order.created", json!({ "i": i }));
@@ -131,15 +143,7 @@ async fn a_database_that_goes_dark_under_a_dlq_sink_write_does_not_stop_the_sink
         "database gone dark: the DLQ sink stored both {:?} after the cut",
         cut.elapsed()
     );
-    assert!(
-        output.contains("postgresql did not answer"),
-        "the dispatcher says why: {output}"
-    );
-    if let Err(why) = dispatcher.healthy_for(port, Duration::from_secs(1)).await {
-        panic!("the dispatcher stays healthy: {why}: {output}");
-    }
-    relay.cancel();
-    assert_eq!(dispatcher.terminate().await, Some(0));
+    said_why_and_stops_cleanly(dispatcher, port, &log, relay).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -148,7 +152,7 @@ async fn a_database_that_goes_dark_under_a_routing_refresh_does_not_stop_routing
     let tenant = env.tenant("t").await.unwrap();
     let first = Receiver::start(Behaviour::Ok).await;
     env.endpoint(tenant, &first, &[]).await.unwrap();
-    let (mut dispatcher, partition, port, log) = dispatcher_through(&env).await;
+    let (dispatcher, partition, port, log) = dispatcher_through(&env).await;
     let relay = CancellationToken::new();
     common::start_relay(&env, &relay);
     let event = |i: i32| NewEvent::new(tenant, "order.created", json!({ "i": i }));
@@ -193,13 +197,5 @@ async fn a_database_that_goes_dark_under_a_routing_refresh_does_not_stop_routing
         "database gone dark: routing refreshed again {:?} after the cut",
         cut.elapsed()
     );
-    assert!(
-        output.contains("postgresql did not answer"),
-        "the dispatcher says why: {output}"
-    );
-    if let Err(why) = dispatcher.healthy_for(port, Duration::from_secs(1)).await {
-        panic!("the dispatcher stays healthy: {why}: {output}");
-    }
-    relay.cancel();
-    assert_eq!(dispatcher.terminate().await, Some(0));
+    said_why_and_stops_cleanly(dispatcher, port, &log, relay).await;
 }

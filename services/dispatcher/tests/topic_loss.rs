@@ -291,9 +291,7 @@ async fn a_broker_down_under_failing_hand_offs_is_not_a_lost_topic_and_loses_not
     .await
     .unwrap();
 
-    let port = free_port();
     let mut vars = dispatcher_env(&env);
-    vars.push(("HOOKSTREAM_TELEMETRY__LISTEN".into(), format!("127.0.0.1:{port}")));
     vars.push((
         "HOOKSTREAM_RETRY__SCHEDULE_MS".into(),
         serde_json::to_string(&SCHEDULE_MS).unwrap(),
@@ -309,22 +307,14 @@ async fn a_broker_down_under_failing_hand_offs_is_not_a_lost_topic_and_loses_not
         "100000".into(),
     ));
     let log = env.log_path("dispatcher");
-    let mut dispatcher =
-        ServiceProcess::spawn(Path::new(env!("CARGO_BIN_EXE_dispatcher")), &vars, &log).unwrap();
+    let (mut dispatcher, port) =
+        ServiceProcess::spawn_ready(Path::new(env!("CARGO_BIN_EXE_dispatcher")), &vars, &log).await;
     let unhealthy = |why: String| -> ! {
         panic!(
             "the dispatcher is not healthy {why}: {}",
             std::fs::read_to_string(&log).unwrap_or_default()
         )
     };
-    assert!(
-        eventually(Duration::from_secs(60), || async {
-            admin_get(port, "/readyz").await.map(|r| r.0) == Some(200)
-        })
-        .await,
-        "the dispatcher becomes ready: {}",
-        std::fs::read_to_string(&log).unwrap_or_default()
-    );
     let relay = CancellationToken::new();
     common::start_relay(&env, &relay);
 
@@ -406,19 +396,8 @@ async fn a_broker_down_under_failing_hand_offs_is_not_a_lost_topic_and_loses_not
     // Stopped while Kafka is away, it still exits, and cleanly: leaving the group cannot
     // complete, and waiting for it is bounded.
     kafka.stop();
-    let stopping = Instant::now();
-    let code = tokio::time::timeout(Duration::from_secs(90), dispatcher.terminate())
-        .await
-        .unwrap_or_else(|_| {
-            panic!(
-                "still running 90 s after SIGTERM with the broker down: {}",
-                std::fs::read_to_string(&log).unwrap_or_default()
-            )
-        });
-    eprintln!(
-        "SIGTERM with the broker down: exited {code:?} after {:?}",
-        stopping.elapsed()
-    );
+    let (code, took) = dispatcher.terminate_within(Duration::from_secs(90), &log).await;
+    eprintln!("SIGTERM with the broker down: exited {code:?} after {took:?}");
     assert_eq!(code, Some(0));
 }
 
@@ -435,19 +414,13 @@ async fn a_broker_that_hangs_while_the_dispatcher_stops_does_not_hold_its_exit()
     let tenant = env.tenant("t").await.unwrap();
     let receiver = Receiver::start(Behaviour::Ok).await;
     env.endpoint(tenant, &receiver, &[]).await.unwrap();
-    let port = free_port();
-    let mut vars = dispatcher_env(&env);
-    vars.push(("HOOKSTREAM_TELEMETRY__LISTEN".into(), format!("127.0.0.1:{port}")));
     let log = env.log_path("dispatcher");
-    let dispatcher = ServiceProcess::spawn(Path::new(env!("CARGO_BIN_EXE_dispatcher")), &vars, &log).unwrap();
-    assert!(
-        eventually(Duration::from_secs(60), || async {
-            admin_get(port, "/readyz").await.map(|r| r.0) == Some(200)
-        })
-        .await,
-        "the dispatcher becomes ready: {}",
-        std::fs::read_to_string(&log).unwrap_or_default()
-    );
+    let (dispatcher, _) = ServiceProcess::spawn_ready(
+        Path::new(env!("CARGO_BIN_EXE_dispatcher")),
+        &dispatcher_env(&env),
+        &log,
+    )
+    .await;
     let relay = CancellationToken::new();
     let relay_run = common::spawn_relay(&env, env.kafka.clone(), &relay);
     let events: Vec<NewEvent> = (0..10)
@@ -465,16 +438,7 @@ async fn a_broker_that_hangs_while_the_dispatcher_stops_does_not_hold_its_exit()
     tokio::time::sleep(Duration::from_millis(200)).await;
 
     kafka.freeze();
-    let stopping = Instant::now();
-    let code = tokio::time::timeout(Duration::from_secs(180), dispatcher.terminate())
-        .await
-        .unwrap_or_else(|_| {
-            panic!(
-                "still running 180 s after SIGTERM with the broker frozen: {}",
-                std::fs::read_to_string(&log).unwrap_or_default()
-            )
-        });
-    let took = stopping.elapsed();
+    let (code, took) = dispatcher.terminate_within(Duration::from_secs(180), &log).await;
     eprintln!("SIGTERM with the broker frozen: exited {code:?} after {took:?}");
     let output = std::fs::read_to_string(&log).unwrap_or_default();
     assert_eq!(code, Some(0), "a clean exit: {output}");

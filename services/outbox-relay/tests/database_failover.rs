@@ -8,29 +8,11 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use hookstream_producer::Event;
-use hookstream_proto::{EventEnvelope, Message as _};
 use hookstream_testkit::partition::Partition;
 use hookstream_testkit::process::{admin_get, free_port, service_env, ServiceProcess};
-use hookstream_testkit::{counts, eventually, TestEnv};
-use serde_json::json;
+use hookstream_testkit::{eventually, TestEnv};
 
-async fn publish(env: &TestEnv, tenant: uuid::Uuid, n: usize) -> Vec<String> {
-    let mut tx = env.pool.begin().await.unwrap();
-    let mut ids = Vec::new();
-    for i in 0..n {
-        let e =
-            Event::new(tenant, "order.updated", json!({ "i": i })).aggregate("order", format!("o{}", i % 10));
-        ids.push(
-            hookstream_producer::enqueue(&mut tx, &e)
-                .await
-                .unwrap()
-                .to_string(),
-        );
-    }
-    tx.commit().await.unwrap();
-    ids
-}
+mod common;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_database_that_goes_dark_under_the_relay_is_left_for_a_new_connection() {
@@ -44,7 +26,7 @@ async fn a_database_that_goes_dark_under_the_relay_is_left_for_a_new_connection(
     vars.push(("HOOKSTREAM_TELEMETRY__LISTEN".into(), format!("127.0.0.1:{port}")));
     let log = env.log_path("relay");
     let relay = ServiceProcess::spawn(Path::new(env!("CARGO_BIN_EXE_outbox-relay")), &vars, &log).unwrap();
-    let mut published = publish(&env, tenant, 100).await;
+    let mut published = common::publish(&env, tenant, 100).await;
     assert!(
         eventually(Duration::from_secs(30), || async {
             env.outbox_len().await.unwrap() == 0
@@ -56,7 +38,7 @@ async fn a_database_that_goes_dark_under_the_relay_is_left_for_a_new_connection(
 
     partition.cut();
     let cut = Instant::now();
-    published.extend(publish(&env, tenant, 100).await);
+    published.extend(common::publish(&env, tenant, 100).await);
     // The statement timeout as shipped (30 s), the margin, the relay's backoff, and slack for
     // a loaded machine.
     let bound = Duration::from_secs(30 + 5 + 2 + 15);
@@ -97,18 +79,6 @@ async fn a_database_that_goes_dark_under_the_relay_is_left_for_a_new_connection(
         output.contains("postgresql did not answer"),
         "the relay says why it reconnected: {output}"
     );
-    let records = env.read_all(&env.kafka.topics.events).await.unwrap();
-    let seen = counts(
-        records
-            .iter()
-            .map(|r| EventEnvelope::decode(r.payload.as_slice()).unwrap().event_id),
-    );
-    let missing = published.iter().filter(|id| !seen.contains_key(*id)).count();
-    assert_eq!(
-        missing,
-        0,
-        "every one of {} events reached Kafka",
-        published.len()
-    );
+    common::all_in_kafka(&env, &published).await;
     assert_eq!(relay.terminate().await, Some(0));
 }

@@ -6,12 +6,11 @@
 use std::path::Path;
 use std::time::Duration;
 
-use hookstream_producer::Event;
-use hookstream_proto::{EventEnvelope, Message as _};
 use hookstream_testkit::broker::PrivateKafka;
 use hookstream_testkit::process::{service_env, ServiceProcess};
-use hookstream_testkit::{counts, eventually, TestEnv};
-use serde_json::json;
+use hookstream_testkit::{eventually, TestEnv};
+
+mod common;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kafka_down_for_thirty_seconds_under_load_loses_nothing() {
@@ -29,7 +28,7 @@ async fn kafka_down_for_thirty_seconds_under_load_loses_nothing() {
     .unwrap();
 
     let mut published = Vec::new();
-    let publish = |n: usize| publish(&env, tenant, n);
+    let publish = |n: usize| common::publish(&env, tenant, n);
     for _ in 0..10 {
         published.extend(publish(100).await);
     }
@@ -59,43 +58,13 @@ async fn kafka_down_for_thirty_seconds_under_load_loses_nothing() {
         .await,
         "the backlog drained by itself after Kafka came back"
     );
-    let records = env.read_all(&env.kafka.topics.events).await.unwrap();
-    let seen = counts(
-        records
-            .iter()
-            .map(|r| EventEnvelope::decode(r.payload.as_slice()).unwrap().event_id),
-    );
-    let missing = published.iter().filter(|id| !seen.contains_key(*id)).count();
-    assert_eq!(
-        missing,
-        0,
-        "every one of {} events reached Kafka",
-        published.len()
-    );
+    let duplicates = common::all_in_kafka(&env, &published).await;
     println!(
         "kafka outage: {} events, backlog peaked at {backlog}, {} duplicate records",
         published.len(),
-        records.len() - seen.len()
+        duplicates
     );
     assert_eq!(relay.terminate().await, Some(0));
-}
-
-/// Commits `n` outbox rows in one transaction; returns their event ids.
-async fn publish(env: &TestEnv, tenant: uuid::Uuid, n: usize) -> Vec<String> {
-    let mut tx = env.pool.begin().await.unwrap();
-    let mut ids = Vec::new();
-    for i in 0..n {
-        let e =
-            Event::new(tenant, "order.updated", json!({ "i": i })).aggregate("order", format!("o{}", i % 10));
-        ids.push(
-            hookstream_producer::enqueue(&mut tx, &e)
-                .await
-                .unwrap()
-                .to_string(),
-        );
-    }
-    tx.commit().await.unwrap();
-    ids
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -114,7 +83,7 @@ async fn a_broker_that_hangs_while_the_relay_stops_does_not_hold_its_exit_and_lo
         .unwrap()
     };
     let relay = spawn("relay");
-    let mut published = publish(&env, tenant, 500).await;
+    let mut published = common::publish(&env, tenant, 500).await;
     assert!(
         eventually(Duration::from_secs(30), || async {
             env.outbox_len().await.unwrap() == 0
@@ -124,19 +93,10 @@ async fn a_broker_that_hangs_while_the_relay_stops_does_not_hold_its_exit_and_lo
     );
     kafka.freeze();
     // Rows the relay takes and cannot get acknowledged: its batch is under way when it stops.
-    published.extend(publish(&env, tenant, 500).await);
+    published.extend(common::publish(&env, tenant, 500).await);
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let stopping = std::time::Instant::now();
     let log = env.log_path("relay");
-    let code = tokio::time::timeout(Duration::from_secs(180), relay.terminate())
-        .await
-        .unwrap_or_else(|_| {
-            panic!(
-                "still running 180 s after SIGTERM with the broker frozen: {}",
-                std::fs::read_to_string(&log).unwrap_or_default()
-            )
-        });
-    let took = stopping.elapsed();
+    let (code, took) = relay.terminate_within(Duration::from_secs(180), &log).await;
     println!("SIGTERM with the broker frozen: the relay exited {code:?} after {took:?}");
     // The chart's drain for the relay (produce timeout + 10 s + the 5 s flush), the runtime's
     // wait for blocking calls, and a few seconds for a loaded machine.
@@ -161,18 +121,6 @@ async fn a_broker_that_hangs_while_the_relay_stops_does_not_hold_its_exit_and_lo
         .await,
         "the next relay ships what was left"
     );
-    let records = env.read_all(&env.kafka.topics.events).await.unwrap();
-    let seen = counts(
-        records
-            .iter()
-            .map(|r| EventEnvelope::decode(r.payload.as_slice()).unwrap().event_id),
-    );
-    let missing = published.iter().filter(|id| !seen.contains_key(*id)).count();
-    assert_eq!(
-        missing,
-        0,
-        "every one of {} events reached Kafka",
-        published.len()
-    );
+    common::all_in_kafka(&env, &published).await;
     assert_eq!(next.terminate().await, Some(0));
 }
