@@ -65,7 +65,9 @@ pub enum StoreError {
 /// slow statement, but only a server that answers can enforce it: one gone dark (a failover's
 /// old primary, a partition dropping packets, a frozen process) leaves the socket open and the
 /// caller waiting, for about 15 minutes until the kernel gives up, or for ever. On
-/// `Unanswered` the caller must drop the connection, never use it again.
+/// `Unanswered` a caller holding its own connection must drop it; a pooled connection goes
+/// back to sqlx's pool, which tests it before reuse (that test has no deadline of its own, so
+/// against a blackholed server the slot stays taken until the kernel gives up).
 pub async fn answered<T, E>(
     deadline: Duration,
     round_trip: impl std::future::Future<Output = Result<T, E>>,
