@@ -14,6 +14,7 @@ pub mod batch;
 pub mod breakers;
 pub mod copy;
 pub mod dead_letters;
+pub mod deadline;
 pub mod delivery_pages;
 pub mod endpoint_admin;
 pub mod endpoints;
@@ -34,6 +35,7 @@ use hookstream_config::DatabaseConfig;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgSslMode};
 use sqlx::{Connection, PgConnection, PgPool};
 
+pub use deadline::{answered, within};
 pub use filter::EventFilter;
 pub use sqlx;
 
@@ -58,27 +60,6 @@ pub enum StoreError {
     /// The server did not answer a round trip in time (`answered`): the connection is given up.
     #[error("postgresql did not answer within {0:?} (a server gone dark, e.g. the old primary after a failover); giving the connection up")]
     Unanswered(Duration),
-}
-
-/// Waits for one database round trip (or a short sequence of them) on a connection for at
-/// most `deadline` (`DatabaseConfig::answer_deadline`). The server's statement timeout ends a
-/// slow statement, but only a server that answers can enforce it: one gone dark (a failover's
-/// old primary, a partition dropping packets, a frozen process) leaves the socket open and the
-/// caller waiting, for about 15 minutes until the kernel gives up, or for ever. On
-/// `Unanswered` a caller holding its own connection must drop it; a pooled connection goes
-/// back to sqlx's pool, which tests it before reuse (that test has no deadline of its own, so
-/// against a blackholed server the slot stays taken until the kernel gives up).
-pub async fn answered<T, E>(
-    deadline: Duration,
-    round_trip: impl std::future::Future<Output = Result<T, E>>,
-) -> Result<T, StoreError>
-where
-    E: Into<StoreError>,
-{
-    match tokio::time::timeout(deadline, round_trip).await {
-        Ok(result) => result.map_err(Into::into),
-        Err(_) => Err(StoreError::Unanswered(deadline)),
-    }
 }
 
 impl StoreError {
@@ -136,22 +117,24 @@ pub async fn connect(cfg: &DatabaseConfig) -> Result<PgPool, StoreError> {
         .map_err(|e| StoreError::Connect(format!("cannot connect to {}: {e}", cfg.redacted_url())))?
         .close()
         .await?;
-    let pool = PgPoolOptions::new()
-        .max_connections(cfg.max_connections)
-        .acquire_timeout(Duration::from_millis(cfg.acquire_timeout_ms))
-        .connect_with(options)
-        .await?;
-    Ok(pool)
+    Ok(pool_options(cfg, &options).connect_with(options).await?)
 }
 
 /// A pool that connects when first used: for a task started after the service checked the
 /// database with [`connect`], which must not fail because the database went away meanwhile
 /// (its writes retry while it is unavailable).
 pub fn connect_lazy(cfg: &DatabaseConfig) -> Result<PgPool, StoreError> {
-    Ok(PgPoolOptions::new()
+    let options = connect_options(cfg)?;
+    Ok(pool_options(cfg, &options).connect_lazy_with(options))
+}
+
+/// Every pool's settings: its size, how long to wait for a connection, and the check that
+/// frees a connection given up on a server gone dark (`deadline::release_check`).
+fn pool_options(cfg: &DatabaseConfig, connect: &PgConnectOptions) -> PgPoolOptions {
+    let options = PgPoolOptions::new()
         .max_connections(cfg.max_connections)
-        .acquire_timeout(Duration::from_millis(cfg.acquire_timeout_ms))
-        .connect_lazy_with(connect_options(cfg)?))
+        .acquire_timeout(Duration::from_millis(cfg.acquire_timeout_ms));
+    deadline::release_check(options, connect.clone(), cfg.answer_deadline())
 }
 
 /// Applies the embedded migrations (idempotent; concurrent callers serialise on a lock). They

@@ -72,6 +72,11 @@ pub struct ApiSettings {
     pub cors_allowed_origins: Vec<String>,
     /// How long SIGTERM waits for requests and background recoveries in flight.
     pub shutdown_grace_ms: u64,
+    /// A request not answered within this time is answered 503 (`unavailable`) and its work
+    /// given up, so that a database gone dark (a failover's old primary) cannot hold clients
+    /// and connections for the 15 minutes the kernel takes. 0: the database's answer
+    /// deadline (`database.statement_timeout_ms` plus 5 s).
+    pub request_timeout_ms: u64,
 }
 
 impl Default for ApiSettings {
@@ -97,6 +102,7 @@ impl Default for ApiSettings {
             portal_rate_burst: 60,
             cors_allowed_origins: Vec::new(),
             shutdown_grace_ms: 10_000,
+            request_timeout_ms: 0,
         }
     }
 }

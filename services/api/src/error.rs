@@ -120,6 +120,9 @@ impl From<StoreError> for ApiError {
             StoreError::Database(sqlx_error) if is_unavailable(&sqlx_error) => {
                 ApiError::Unavailable(format!("the database is unavailable: {sqlx_error}"))
             }
+            unanswered @ StoreError::Unanswered(_) => {
+                ApiError::Unavailable(format!("the database is unavailable: {unanswered}"))
+            }
             // The data exceptions a value from the request causes (NUL in text, a time out of
             // range or malformed, text too long): the caller's input, not a fault of ours, and
             // their messages name no internals. The rest of class 22 (a division by zero, an

@@ -95,6 +95,8 @@ pub struct AppState {
     pub(crate) tasks: TaskTracker,
     /// The tenant portal's per-session request rates.
     pub(crate) portal: Arc<portal::PortalState>,
+    /// A request's whole budget (`api.request_timeout_ms`, resolved).
+    pub(crate) request_deadline: Duration,
 }
 
 /// Binds `cfg.api.listen` (for `main`; tests bind port 0 themselves).
@@ -160,6 +162,10 @@ pub async fn run(
         replayer,
         tasks: tasks.clone(),
         portal: Arc::new(portal::PortalState::new(&cfg.api)),
+        request_deadline: match cfg.api.request_timeout_ms {
+            0 => cfg.database.answer_deadline(),
+            ms => Duration::from_millis(ms),
+        },
     };
 
     let mut supervisor = Supervisor::new(health.clone(), shutdown.clone(), grace * 2);
@@ -218,6 +224,9 @@ pub fn router(state: AppState, body_limit: usize, cfg: &ApiSettings) -> Result<R
         // A handler that panics (a defect: bad input must be a 4xx) answers a logged 500,
         // counted by `track`, instead of dropping the connection.
         .layer(CatchPanicLayer::custom(panicked))
+        // Inside the security headers and the metrics: a request given up is answered like
+        // any other 503.
+        .layer(axum::middleware::from_fn_with_state(state.clone(), deadline))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             portal::security_headers,
@@ -280,6 +289,29 @@ fn panicked(cause: Box<dyn std::any::Any + Send + 'static>) -> Response {
         .or_else(|| cause.downcast_ref::<&str>().copied())
         .unwrap_or("(no message)");
     ApiError::Internal(format!("a request handler panicked: {what}")).into_response()
+}
+
+/// Answers 503 to a request not answered within `request_deadline`, and gives its work up
+/// (`hookstream_store::within`: a pooled connection it held is checked on its way back to the
+/// pool).
+async fn deadline(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let limit = state.request_deadline;
+    let route = req
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .map(|p| p.as_str().to_string())
+        .unwrap_or_else(|| "unmatched".into());
+    match hookstream_store::within(limit, next.run(req)).await {
+        Some(response) => response,
+        None => {
+            tracing::warn!(%route, ?limit, "request not answered in time; given up");
+            ApiError::Unavailable(format!(
+                "the request was not answered within {} s (is the database reachable?)",
+                limit.as_secs_f64()
+            ))
+            .into_response()
+        }
+    }
 }
 
 async fn track(State(state): State<AppState>, req: Request, next: Next) -> Response {
