@@ -157,7 +157,10 @@ mod tests {
         let started = Instant::now();
         assert_eq!(within(Duration::from_millis(50), work).await, None);
         assert!(started.elapsed() < Duration::from_secs(2));
-        assert!(seen.load(Ordering::SeqCst), "the mark was set before the work was dropped");
+        assert!(
+            seen.load(Ordering::SeqCst),
+            "the mark was set before the work was dropped"
+        );
         assert!(gave_up_recently());
     }
 }

@@ -49,7 +49,12 @@ async fn a_connection_given_up_on_a_dark_server_frees_its_pool_slot() {
     let released = Instant::now();
     let next = tokio::time::timeout(deadline * 3, pool.acquire())
         .await
-        .unwrap_or_else(|_| panic!("the pool's one slot is still taken {:?} after the release", deadline * 3))
+        .unwrap_or_else(|_| {
+            panic!(
+                "the pool's one slot is still taken {:?} after the release",
+                deadline * 3
+            )
+        })
         .expect("a new connection");
     let waited = released.elapsed();
     assert!(
@@ -57,6 +62,9 @@ async fn a_connection_given_up_on_a_dark_server_frees_its_pool_slot() {
         "the slot was freed {waited:?} after the release (deadline {deadline:?})"
     );
     let mut next = next;
-    let one: i32 = sqlx::query_scalar("SELECT 1").fetch_one(&mut *next).await.unwrap();
+    let one: i32 = sqlx::query_scalar("SELECT 1")
+        .fetch_one(&mut *next)
+        .await
+        .unwrap();
     assert_eq!(one, 1);
 }

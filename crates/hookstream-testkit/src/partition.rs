@@ -103,6 +103,8 @@ async fn carry(
         tokio::select! {
             n = client_read.read(&mut to_server) => match n {
                 Ok(0) | Err(_) => return,
+                // Read after the cut: dropped, as everything from now on.
+                Ok(_) if cuts.load(Ordering::SeqCst) > epoch => break,
                 Ok(n) => {
                     if server_write.write_all(&to_server[..n]).await.is_err() {
                         return;
@@ -111,6 +113,7 @@ async fn carry(
             },
             n = server_read.read(&mut to_client) => match n {
                 Ok(0) | Err(_) => return,
+                Ok(_) if cuts.load(Ordering::SeqCst) > epoch => break,
                 Ok(n) => {
                     if client_write.write_all(&to_client[..n]).await.is_err() {
                         return;

@@ -42,7 +42,11 @@ async fn requests_on_a_database_gone_dark_are_answered_503_and_the_api_recovers(
     let mut cfg = api_config(&env);
     cfg.database.url = url;
     let deadline = cfg.database.answer_deadline();
-    assert_eq!(deadline, Duration::from_secs(35), "the shipped statement timeout, plus 5 s");
+    assert_eq!(
+        deadline,
+        Duration::from_secs(35),
+        "the shipped statement timeout, plus 5 s"
+    );
     let slots = cfg.database.max_connections as usize;
     let api = Api::start(cfg).await;
     let (status, _) = api
@@ -51,10 +55,7 @@ async fn requests_on_a_database_gone_dark_are_answered_503_and_the_api_recovers(
     assert_eq!(status, StatusCode::CREATED);
 
     // The test's own client gives up well after the API should have answered.
-    let client = reqwest::Client::builder()
-        .timeout(deadline * 3)
-        .build()
-        .unwrap();
+    let client = reqwest::Client::builder().timeout(deadline * 3).build().unwrap();
 
     let mut lock = env.pool.begin().await.unwrap();
     sqlx::query("LOCK TABLE hookstream.tenants IN ACCESS EXCLUSIVE MODE")

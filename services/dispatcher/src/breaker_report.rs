@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, TimeZone as _, Utc};
 use hookstream_store::breakers::{self, Reported, REPORT_EVERY};
 use hookstream_store::sqlx::PgPool;
-use hookstream_store::StoreError;
+use hookstream_store::{answered, StoreError};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -81,7 +81,12 @@ pub(crate) async fn run(
         if upserts.is_empty() && closed.is_empty() && !everything {
             continue;
         }
-        match breakers::publish(&pool, member, &upserts, &closed).await {
+        match answered(
+            ctx.answer_deadline,
+            breakers::publish(&pool, member, &upserts, &closed),
+        )
+        .await
+        {
             Ok(()) => {
                 if failing {
                     tracing::info!("breaker states published again");
@@ -100,7 +105,9 @@ pub(crate) async fn run(
             }
         }
     }
-    if let Err(e) = breakers::withdraw(&pool, member).await {
+    // Bounded like leaving the member list: readers forget a silent member's states anyway.
+    let withdrawn = answered(Duration::from_secs(3), breakers::withdraw(&pool, member));
+    if let Err(e) = withdrawn.await {
         tracing::warn!(error = %e, "could not withdraw breaker states; readers forget them within 90 s");
     }
     Ok(())

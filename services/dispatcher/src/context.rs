@@ -37,6 +37,8 @@ pub(crate) struct Context {
     /// The deliveries window (`max_in_flight_deliveries`), taken per event by its fan-out.
     pub(crate) deliveries: Arc<Semaphore>,
     pub(crate) settings: DispatcherSettings,
+    /// How long a database round trip on a delivery's path may wait (`answered`).
+    pub(crate) answer_deadline: std::time::Duration,
 }
 
 /// Where the work in hand was read. `origin` is the event's place in the events topic, kept

@@ -2,13 +2,15 @@
 //! memory), touching the database only when an endpoint turns from healthy to failing or
 //! back; an endpoint failing with no success for `disable_after_failing_ms`, or answering
 //! 410, is disabled (and, when configured, its tenant gets an `endpoint.disabled` event in
-//! the same transaction).
+//! the same transaction). Each write is given up after the database's answer deadline: the
+//! delivery whose outcome it records waits for it.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
 use hookstream_delivery::{Outcome, Verdict};
+use hookstream_store::answered;
 use hookstream_store::endpoints::ActiveEndpoint;
 use uuid::Uuid;
 
@@ -46,7 +48,11 @@ pub(crate) async fn track(ctx: &Context, ep: &ActiveEndpoint, outcome: &Outcome)
     match outcome.verdict {
         Verdict::Delivered => {
             if known.is_some() {
-                if let Err(e) = hookstream_store::endpoints::mark_healthy(&ctx.pool, id).await {
+                let marked = answered(
+                    ctx.answer_deadline,
+                    hookstream_store::endpoints::mark_healthy(&ctx.pool, id),
+                );
+                if let Err(e) = marked.await {
                     tracing::warn!(endpoint_id = %id, error = %e, "could not record the endpoint's recovery");
                     return;
                 }
@@ -58,7 +64,12 @@ pub(crate) async fn track(ctx: &Context, ep: &ActiveEndpoint, outcome: &Outcome)
         Verdict::Retryable | Verdict::Permanent => {
             let since = match known {
                 Some(since) => since,
-                None => match hookstream_store::endpoints::mark_failing(&ctx.pool, id).await {
+                None => match answered(
+                    ctx.answer_deadline,
+                    hookstream_store::endpoints::mark_failing(&ctx.pool, id),
+                )
+                .await
+                {
                     Ok(Some(since)) => since.timestamp_millis(),
                     Ok(None) => return, // disabled or deleted meanwhile
                     Err(e) => {
@@ -117,7 +128,11 @@ pub(crate) async fn disable(
         )
         .idempotency_key(format!("endpoint.disabled:{id}:{}", now_ms()))
     });
-    match hookstream_store::endpoints::disable(&ctx.pool, id, &reason, failing_for, notice).await {
+    let disabled = answered(
+        ctx.answer_deadline,
+        hookstream_store::endpoints::disable(&ctx.pool, id, &reason, failing_for, notice),
+    );
+    match disabled.await {
         Ok(true) => {
             ctx.metrics.endpoints_disabled.with_label_values(&[label]).inc();
             ctx.health.forget(id);

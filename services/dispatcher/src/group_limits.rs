@@ -8,22 +8,26 @@
 //!   five seconds an endpoint receives at most 5 × rate plus one window (its burst), and a
 //!   replica that owns all of an endpoint's traffic can still use all of its rate. Only
 //!   endpoints with a rate limit cost a database round trip, about ten per second per replica
-//!   at most. If the database cannot answer, each replica falls back to its own token bucket
-//!   (the endpoint's full rate per replica) and counts it in
+//!   at most. If the database cannot answer (an error, or no answer within `LEASE_ANSWER`: a
+//!   lease is taken with the endpoint's deliveries waiting), each replica falls back to its
+//!   own token bucket (the endpoint's full rate per replica) for `FALL_BACK_FOR`, without
+//!   asking again meanwhile, and counts each such decision in
 //!   `hookstream_dispatcher_rate_limit_fallbacks_total`.
 //! - **Concurrency caps**: each replica that delivers says it is alive every `HEARTBEAT`
 //!   (`hookstream.dispatcher_members`); an endpoint's cap is split evenly among the live ones
 //!   (cap / live, at least one each). When a replica joins or leaves, the others resize within
 //!   a heartbeat; requests already under way finish under the old size. A cap smaller than the
-//!   number of replicas still lets each replica one request.
+//!   number of replicas still lets each replica one request. A heartbeat the database does
+//!   not answer is given up after the database's answer deadline; the last count stays.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use hookstream_store::limits;
 use hookstream_store::sqlx::PgPool;
-use hookstream_store::StoreError;
+use hookstream_store::{answered, StoreError};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -39,6 +43,14 @@ pub const LIVE: Duration = Duration::from_secs(7);
 const KEEP_WINDOWS: Duration = Duration::from_secs(60);
 /// A lease asks for at least this share of an endpoint's window.
 const LEASE_SHARE: u32 = 10;
+/// How long a lease may take to be granted (the endpoint's deliveries wait for it) before
+/// the database counts as not answering.
+pub const LEASE_ANSWER: Duration = Duration::from_secs(2);
+/// After the database failed to grant a lease, how long every endpoint uses its own bucket
+/// before a lease is asked for again.
+pub const FALL_BACK_FOR: Duration = Duration::from_secs(5);
+/// How long leaving the member list may take at shutdown (the others notice within `LIVE`).
+const LEAVE_ANSWER: Duration = Duration::from_secs(3);
 
 /// What the replicas of the group share.
 pub struct GroupLimits {
@@ -46,6 +58,10 @@ pub struct GroupLimits {
     member: Uuid,
     live: AtomicU32,
     metrics: DispatcherMetrics,
+    /// How long a heartbeat or a prune may wait for the database (its answer deadline).
+    answer: Duration,
+    /// Until when the replica's own buckets decide alone (the database did not grant a lease).
+    own_buckets_until: Mutex<Option<Instant>>,
 }
 
 /// One endpoint's tokens leased from the current window.
@@ -65,12 +81,15 @@ pub enum RateAnswer {
 }
 
 impl GroupLimits {
-    pub fn new(pool: PgPool, metrics: DispatcherMetrics) -> Self {
+    /// `answer`: the database's answer deadline (`DatabaseConfig::answer_deadline`).
+    pub fn new(pool: PgPool, metrics: DispatcherMetrics, answer: Duration) -> Self {
         Self {
             pool,
             member: Uuid::now_v7(),
             live: AtomicU32::new(1),
             metrics,
+            answer,
+            own_buckets_until: Mutex::new(None),
         }
     }
 
@@ -104,8 +123,22 @@ impl GroupLimits {
             lease.tokens -= 1;
             return RateAnswer::Go;
         }
+        if self
+            .own_buckets_until
+            .lock()
+            .expect("fallback lock")
+            .is_some_and(|until| now < until)
+        {
+            self.metrics.rate_limit_fallbacks.inc();
+            return RateAnswer::Unknown;
+        }
         let want = (rate.div_ceil(LEASE_SHARE)).max(waiting + 1).min(rate);
-        match limits::take_rate_tokens(&self.pool, endpoint, want, rate, WINDOW).await {
+        let granted = answered(
+            LEASE_ANSWER,
+            limits::take_rate_tokens(&self.pool, endpoint, want, rate, WINDOW),
+        )
+        .await;
+        match granted {
             Ok(grant) if grant.granted > 0 => {
                 lease.tokens = grant.granted - 1;
                 lease.expires = Some(now + grant.left);
@@ -116,9 +149,10 @@ impl GroupLimits {
                 RateAnswer::NotFor(grant.left.max(Duration::from_millis(1)))
             }
             Err(e) => {
+                *self.own_buckets_until.lock().expect("fallback lock") = Some(Instant::now() + FALL_BACK_FOR);
                 self.metrics.rate_limit_fallbacks.inc();
-                tracing::warn!(error = %e, endpoint = %endpoint,
-                    "cannot take rate-limit tokens from the database; this replica's own bucket decides");
+                tracing::warn!(error = %e, endpoint = %endpoint, fall_back_for = ?FALL_BACK_FOR,
+                    "cannot take rate-limit tokens from the database; this replica's own buckets decide");
                 RateAnswer::Unknown
             }
         }
@@ -131,7 +165,7 @@ impl GroupLimits {
     }
 
     async fn beat(&self) {
-        match limits::heartbeat(&self.pool, self.member, LIVE).await {
+        match answered(self.answer, limits::heartbeat(&self.pool, self.member, LIVE)).await {
             Ok(live) => {
                 let before = self.live.swap(live, Ordering::Relaxed);
                 self.metrics.group_replicas.set(i64::from(live));
@@ -161,12 +195,13 @@ impl GroupLimits {
             self.beat().await;
             if last_prune.elapsed() >= KEEP_WINDOWS {
                 last_prune = Instant::now();
-                if let Err(e) = limits::prune_rate_windows(&self.pool, KEEP_WINDOWS).await {
+                let pruned = answered(self.answer, limits::prune_rate_windows(&self.pool, KEEP_WINDOWS));
+                if let Err(e) = pruned.await {
                     tracing::warn!(error = %e, "cannot delete old rate windows, trying later");
                 }
             }
         }
-        if let Err(e) = limits::leave(&self.pool, self.member).await {
+        if let Err(e) = answered(LEAVE_ANSWER, limits::leave(&self.pool, self.member)).await {
             tracing::warn!(error = %e, "could not leave the member list; the others notice within 7 s");
         }
         Ok(())

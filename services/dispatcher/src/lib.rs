@@ -180,7 +180,11 @@ pub async fn run(
     // Replicas that deliver share the endpoints' rate limits and concurrency caps.
     let delivers = cfg.dispatcher.runs(Role::Events) || cfg.dispatcher.runs(Role::Retry);
     let group = if delivers {
-        let group = Arc::new(group_limits::GroupLimits::new(pool.clone(), metrics.clone()));
+        let group = Arc::new(group_limits::GroupLimits::new(
+            pool.clone(),
+            metrics.clone(),
+            cfg.database.answer_deadline(),
+        ));
         group.join().await;
         Some(group)
     } else {
@@ -204,6 +208,7 @@ pub async fn run(
         health: Default::default(),
         deliveries: Arc::new(Semaphore::new(cfg.dispatcher.max_in_flight_deliveries.max(1))),
         settings: cfg.dispatcher.clone(),
+        answer_deadline: cfg.database.answer_deadline(),
     });
 
     let grace = Duration::from_millis(cfg.dispatcher.shutdown_grace_ms);

@@ -11,6 +11,10 @@
 //! The same for the routing snapshot's refresh: it holds the refresh lock while it reads, and
 //! an event newer than the snapshot waits for a refresh, so a refresh cut under way would
 //! stop every such event (an endpoint created after the cut would never get its events).
+//!
+//! And for an endpoint with a rate limit: its deliveries wait while a lease of the group's
+//! tokens is taken from the database, so a lease under way at the cut held every one of them.
+//! Now the replica's own bucket decides after `LEASE_ANSWER` (2 s), for 5 s at a time.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -196,6 +200,67 @@ async fn a_database_that_goes_dark_under_a_routing_refresh_does_not_stop_routing
     println!(
         "database gone dark: routing refreshed again {:?} after the cut",
         cut.elapsed()
+    );
+    said_why_and_stops_cleanly(dispatcher, port, &log, relay).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_that_goes_dark_does_not_stop_a_rate_limited_endpoint() {
+    const RATE: i32 = 50;
+    const EVENTS: i32 = 40;
+    let env = TestEnv::new(2).await.unwrap();
+    let tenant = env.tenant("t").await.unwrap();
+    let receiver = Receiver::start(Behaviour::Ok).await;
+    let limited = hookstream_store::endpoints::NewEndpoint {
+        tenant_id: tenant,
+        rate_limit_per_s: Some(RATE),
+        ..Default::default()
+    };
+    env.endpoint_with(&receiver, limited).await.unwrap();
+    let (dispatcher, partition, port, log) = dispatcher_through(&env).await;
+    let relay = CancellationToken::new();
+    common::start_relay(&env, &relay);
+    let event = |i: i32| NewEvent::new(tenant, "order.created", json!({ "i": i }));
+    env.publish(&[event(0)]).await.unwrap();
+    assert!(
+        eventually(Duration::from_secs(30), || async { receiver.successes() == 1 }).await,
+        "the endpoint's first event is delivered under a lease: {}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+
+    // The lease taken for the first event lapses within its window (1 s); the next one waits
+    // for the lock on the server, and is under way at the cut.
+    let mut lock = env.pool.begin().await.unwrap();
+    sqlx::query("LOCK TABLE hookstream.rate_windows IN ACCESS EXCLUSIVE MODE")
+        .execute(&mut *lock)
+        .await
+        .unwrap();
+    env.publish(&(1..=EVENTS).map(event).collect::<Vec<_>>())
+        .await
+        .unwrap();
+    assert!(
+        eventually(Duration::from_secs(30), || waits_on(&env, "%take_rate_tokens%")).await,
+        "a lease waits for the lock"
+    );
+    partition.cut();
+    let cut = Instant::now();
+    lock.rollback().await.unwrap();
+    // Two seconds for the lease given up, the events at the endpoint's rate, and slack.
+    let within = Duration::from_secs(2 + (EVENTS / RATE) as u64 + 15);
+    let delivered = eventually(within, || async { receiver.successes() == 1 + EVENTS as usize }).await;
+    let output = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        delivered,
+        "{} of {EVENTS} events delivered to the rate-limited endpoint within {within:?} of the cut: {output}",
+        receiver.successes() - 1
+    );
+    println!(
+        "database gone dark: the rate-limited endpoint got every event {:?} after the cut",
+        cut.elapsed()
+    );
+    assert!(
+        output.contains("this replica's own buckets decide"),
+        "the dispatcher says the group's limits are not in force: {output}"
     );
     said_why_and_stops_cleanly(dispatcher, port, &log, relay).await;
 }
