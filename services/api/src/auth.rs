@@ -109,10 +109,13 @@ pub struct Authenticator {
     /// Keys used since the last flush of `last_used_at`.
     used: Mutex<HashSet<Uuid>>,
     metrics: ApiMetrics,
+    /// How long a flush waits for the database (its answer deadline).
+    answer: Duration,
 }
 
 impl Authenticator {
-    pub fn new(cfg: &ApiSettings, pool: PgPool, metrics: ApiMetrics) -> Self {
+    /// `answer`: the database's answer deadline (`DatabaseConfig::answer_deadline`).
+    pub fn new(cfg: &ApiSettings, pool: PgPool, metrics: ApiMetrics, answer: Duration) -> Self {
         let operators = cfg
             .operator_token_hashes
             .iter()
@@ -131,6 +134,7 @@ impl Authenticator {
             limit_operators: cfg.rate_limit.operators,
             used: Mutex::new(HashSet::new()),
             metrics,
+            answer,
         }
     }
 
@@ -215,7 +219,8 @@ impl Authenticator {
         if let Some(l) = &self.limiter {
             l.retain_recent();
         }
-        let result = api_keys::touch(&self.pool, &ids, Utc::now()).await;
+        let result =
+            hookstream_store::answered(self.answer, api_keys::touch(&self.pool, &ids, Utc::now())).await;
         if result.is_err() {
             // Kept for the next flush.
             self.used.lock().unwrap_or_else(|p| p.into_inner()).extend(ids);

@@ -77,6 +77,9 @@ impl ServiceError for ApiServiceError {
     }
 }
 
+/// How long stopping waits for the database connections to close.
+const POOL_CLOSE_WAIT: Duration = Duration::from_secs(5);
+
 /// What every handler shares.
 #[derive(Clone)]
 pub struct AppState {
@@ -138,7 +141,12 @@ pub async fn run(
         }
     };
     let metrics = ApiMetrics::register(registry);
-    let auth = Arc::new(Authenticator::new(&cfg.api, pool.clone(), metrics.clone()));
+    let auth = Arc::new(Authenticator::new(
+        &cfg.api,
+        pool.clone(),
+        metrics.clone(),
+        cfg.database.answer_deadline(),
+    ));
     let (writer, writer_tasks) = MessageWriter::new(
         pool.clone(),
         cfg.api.message_writers,
@@ -181,7 +189,12 @@ pub async fn run(
     );
     supervisor.spawn(
         "message partitions",
-        maintenance::run(pool.clone(), cfg.api.clone(), shutdown.clone()),
+        maintenance::run(
+            pool.clone(),
+            cfg.api.clone(),
+            cfg.database.answer_deadline(),
+            shutdown.clone(),
+        ),
     );
     let app = router(state, body_limit, &cfg.api)?;
     let stop = shutdown.clone();
@@ -202,7 +215,13 @@ pub async fn run(
     tracing::info!(listen = %addr, "api listening");
     health.set_ready(true);
     supervisor.wait().await?;
-    pool.close().await;
+    // Closing says goodbye on each connection, which waits on a server gone dark.
+    if tokio::time::timeout(POOL_CLOSE_WAIT, pool.close()).await.is_err() {
+        tracing::warn!(
+            wait = ?POOL_CLOSE_WAIT,
+            "the database did not answer the pool's goodbyes; leaving without them"
+        );
+    }
     Ok(())
 }
 

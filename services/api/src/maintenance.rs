@@ -3,13 +3,13 @@
 //! `api.maintenance_interval_ms` (and at start). A round that fails is logged and tried again
 //! at the next one: producers never depend on it (rows of a day without a partition land in the
 //! default partition). Each round also deletes the tenant portal's login links and sessions
-//! that expired more than a day ago.
+//! that expired more than a day ago. Each step waits at most the database's answer deadline.
 
 use std::time::Duration;
 
 use chrono::Utc;
-use hookstream_store::messages;
 use hookstream_store::sqlx::PgPool;
+use hookstream_store::{answered, messages, StoreError};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::ApiSettings;
@@ -17,11 +17,12 @@ use crate::config::ApiSettings;
 pub async fn run(
     pool: PgPool,
     cfg: ApiSettings,
+    answer: Duration,
     shutdown: CancellationToken,
 ) -> Result<(), std::convert::Infallible> {
     let every = Duration::from_millis(cfg.maintenance_interval_ms);
     loop {
-        if let Err(e) = round(&pool, &cfg).await {
+        if let Err(e) = round(&pool, &cfg, answer).await {
             tracing::warn!(error = %e, "message partitions: round failed, will retry");
         }
         tokio::select! {
@@ -31,18 +32,23 @@ pub async fn run(
     }
 }
 
-async fn round(pool: &PgPool, cfg: &ApiSettings) -> Result<(), hookstream_store::StoreError> {
+async fn round(pool: &PgPool, cfg: &ApiSettings, answer: Duration) -> Result<(), StoreError> {
     let today = Utc::now().date_naive();
-    let missed = messages::ensure_partitions(pool, today, cfg.partition_days_ahead + 1).await?;
+    let missed = answered(
+        answer,
+        messages::ensure_partitions(pool, today, cfg.partition_days_ahead + 1),
+    )
+    .await?;
     if !missed.is_empty() {
         tracing::warn!(days = ?missed, "message partitions: some days could not be created yet");
     }
     let cutoff = today - chrono::Days::new(u64::from(cfg.message_retention_days));
-    let dropped = messages::drop_partitions_before(pool, cutoff).await?;
+    let dropped = answered(answer, messages::drop_partitions_before(pool, cutoff)).await?;
     if !dropped.is_empty() {
         tracing::info!(partitions = ?dropped, "message partitions: dropped past retention");
     }
-    let pruned = hookstream_store::portal::prune(pool, Utc::now() - chrono::Duration::days(1)).await?;
+    let expired = Utc::now() - chrono::Duration::days(1);
+    let pruned = answered(answer, hookstream_store::portal::prune(pool, expired)).await?;
     if pruned > 0 {
         tracing::info!(rows = pruned, "portal: expired links and sessions deleted");
     }

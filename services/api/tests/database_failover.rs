@@ -48,7 +48,7 @@ async fn requests_on_a_database_gone_dark_are_answered_503_and_the_api_recovers(
         "the shipped statement timeout, plus 5 s"
     );
     let slots = cfg.database.max_connections as usize;
-    let api = Api::start(cfg).await;
+    let mut api = Api::start(cfg).await;
     let (status, _) = api
         .op(Method::POST, "/api/v1/app/", Some(json!({"name": "dark"})))
         .await;
@@ -115,4 +115,19 @@ async fn requests_on_a_database_gone_dark_are_answered_503_and_the_api_recovers(
         assert_eq!(body["data"][0]["name"], "dark", "{body}");
     }
     eprintln!("answered 503 by {answered_at:?} after the cut; serving again by {recovered_at:?}");
+
+    // Dark again, and stopped: closing the pool must not wait on connections nothing answers.
+    partition.cut();
+    api.stop.cancel();
+    let stopping = Instant::now();
+    let stop_within = Duration::from_secs(2 + 15);
+    let task = api.task.take().expect("the API's task");
+    tokio::time::timeout(stop_within, task)
+        .await
+        .unwrap_or_else(|_| panic!("the API still runs {stop_within:?} after it was told to stop"))
+        .expect("the API stops without an error");
+    eprintln!(
+        "stopped {:?} after the stop, the database dark",
+        stopping.elapsed()
+    );
 }

@@ -46,6 +46,8 @@ pub struct Api {
     pub client: reqwest::Client,
     pub stop: CancellationToken,
     pub registry: prometheus::Registry,
+    /// Ends when `api::run` returns (after `stop`).
+    pub task: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl Api {
@@ -60,7 +62,7 @@ impl Api {
         let stop = CancellationToken::new();
         let registry = prometheus::Registry::new();
         let (t, r) = (stop.clone(), registry.clone());
-        tokio::spawn(async move {
+        let task = tokio::spawn(async move {
             api::run(cfg, listener, &r, Default::default(), t)
                 .await
                 .expect("api runs");
@@ -74,6 +76,7 @@ impl Api {
                         client,
                         stop,
                         registry,
+                        task: Some(task),
                     };
                 }
             }
