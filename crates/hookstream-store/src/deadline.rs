@@ -9,8 +9,8 @@
 //! sqlx's pool, which tests it with a ping that has no deadline of its own, so against a dark
 //! server the connection's slot would stay taken until the kernel gives up. For a while after
 //! anything was given up (`RELEASE_WATCH`), a released connection is pinged with the answer
-//! deadline first, and closed if it does not answer (`release_check`). Outside that window a
-//! release costs nothing more than sqlx's own ping.
+//! deadline first, and replaced by a new connection if it does not answer (`release_check`).
+//! Outside that window a release costs nothing more than sqlx's own ping.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -63,7 +63,7 @@ pub async fn within<T>(deadline: Duration, work: impl Future<Output = T>) -> Opt
 
 /// Waits for one database round trip (or a short sequence of them) on a connection for at
 /// most `deadline` (`DatabaseConfig::answer_deadline`). On `Unanswered` a caller holding its
-/// own connection must drop it; a pooled connection goes back to its pool, which closes it
+/// own connection must drop it; a pooled connection goes back to its pool, which replaces it
 /// if it does not answer a ping within the same deadline (see the module's text).
 pub async fn answered<T, E>(
     deadline: Duration,
