@@ -42,7 +42,26 @@ async fn dispatcher_through(env: &TestEnv) -> (ServiceProcess, Partition, u16, P
     (dispatcher, partition, port, log)
 }
 
-/// The end of both tests: the dispatcher said why it gave a connection up, stayed healthy,
+/// `dispatcher_through`, and a relay on the test's own connection (cancel the token to stop it).
+async fn dispatcher_and_relay(env: &TestEnv) -> (ServiceProcess, Partition, u16, PathBuf, CancellationToken) {
+    let (dispatcher, partition, port, log) = dispatcher_through(env).await;
+    let relay = CancellationToken::new();
+    common::start_relay(env, &relay);
+    (dispatcher, partition, port, log, relay)
+}
+
+/// Holds `table` locked (on the test's own connection, not through the partition) until the
+/// transaction is rolled back.
+async fn lock<'e>(env: &'e TestEnv, table: &str) -> sqlx::Transaction<'e, sqlx::Postgres> {
+    let mut lock = env.pool.begin().await.unwrap();
+    sqlx::query(&format!("LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE"))
+        .execute(&mut *lock)
+        .await
+        .unwrap();
+    lock
+}
+
+/// The end of every test: the dispatcher said why it gave a connection up, stayed healthy,
 /// and stops cleanly.
 async fn said_why_and_stops_cleanly(
     mut dispatcher: ServiceProcess,
@@ -96,9 +115,7 @@ async fn a_database_that_goes_dark_under_a_dlq_sink_write_does_not_stop_the_sink
     // Every attempt is refused for good: each event is dead-lettered at once.
     let receiver = Receiver::start(Behaviour::Status(400)).await;
     env.endpoint(tenant, &receiver, &[]).await.unwrap();
-    let (dispatcher, partition, port, log) = dispatcher_through(&env).await;
-    let relay = CancellationToken::new();
-    common::start_relay(&env, &relay);
+    let (dispatcher, partition, port, log, relay) = dispatcher_and_relay(&env).await;
     let event = |i: i32| NewEvent::new(tenant, "order.created", json!({ "i": i }));
 
     let first = env.publish(&[event(0)]).await.unwrap()[0];
@@ -111,11 +128,7 @@ async fn a_database_that_goes_dark_under_a_dlq_sink_write_does_not_stop_the_sink
         std::fs::read_to_string(&log).unwrap_or_default()
     );
 
-    let mut lock = env.pool.begin().await.unwrap();
-    sqlx::query("LOCK TABLE hookstream.dead_letters IN ACCESS EXCLUSIVE MODE")
-        .execute(&mut *lock)
-        .await
-        .unwrap();
+    let lock = lock(&env, "hookstream.dead_letters").await;
     let second = env.publish(&[event(1)]).await.unwrap()[0];
     assert!(
         eventually(Duration::from_secs(30), || waits_on(
@@ -156,9 +169,7 @@ async fn a_database_that_goes_dark_under_a_routing_refresh_does_not_stop_routing
     let tenant = env.tenant("t").await.unwrap();
     let first = Receiver::start(Behaviour::Ok).await;
     env.endpoint(tenant, &first, &[]).await.unwrap();
-    let (dispatcher, partition, port, log) = dispatcher_through(&env).await;
-    let relay = CancellationToken::new();
-    common::start_relay(&env, &relay);
+    let (dispatcher, partition, port, log, relay) = dispatcher_and_relay(&env).await;
     let event = |i: i32| NewEvent::new(tenant, "order.created", json!({ "i": i }));
     env.publish(&[event(0)]).await.unwrap();
     assert!(
@@ -169,11 +180,7 @@ async fn a_database_that_goes_dark_under_a_routing_refresh_does_not_stop_routing
 
     // The fallback refresh (every 5 s) reads the version first, alone, and waits for the
     // lock (the relay's claim, which reads it inside a larger statement, waits too).
-    let mut lock = env.pool.begin().await.unwrap();
-    sqlx::query("LOCK TABLE hookstream.subscription_state IN ACCESS EXCLUSIVE MODE")
-        .execute(&mut *lock)
-        .await
-        .unwrap();
+    let lock = lock(&env, "hookstream.subscription_state").await;
     assert!(
         eventually(Duration::from_secs(30), || waits_on(
             &env,
@@ -217,9 +224,7 @@ async fn a_database_that_goes_dark_does_not_stop_a_rate_limited_endpoint() {
         ..Default::default()
     };
     env.endpoint_with(&receiver, limited).await.unwrap();
-    let (dispatcher, partition, port, log) = dispatcher_through(&env).await;
-    let relay = CancellationToken::new();
-    common::start_relay(&env, &relay);
+    let (dispatcher, partition, port, log, relay) = dispatcher_and_relay(&env).await;
     let event = |i: i32| NewEvent::new(tenant, "order.created", json!({ "i": i }));
     env.publish(&[event(0)]).await.unwrap();
     assert!(
@@ -230,11 +235,7 @@ async fn a_database_that_goes_dark_does_not_stop_a_rate_limited_endpoint() {
 
     // The lease taken for the first event lapses within its window (1 s); the next one waits
     // for the lock on the server, and is under way at the cut.
-    let mut lock = env.pool.begin().await.unwrap();
-    sqlx::query("LOCK TABLE hookstream.rate_windows IN ACCESS EXCLUSIVE MODE")
-        .execute(&mut *lock)
-        .await
-        .unwrap();
+    let lock = lock(&env, "hookstream.rate_windows").await;
     env.publish(&(1..=EVENTS).map(event).collect::<Vec<_>>())
         .await
         .unwrap();
