@@ -13,8 +13,7 @@ use crate::error::ApiError;
 pub enum PortalError {
     /// No session cookie (or two: see `session::cookie_value`).
     NoSession,
-    /// A session cookie whose session expired or was ended: refused like `NoSession`, and the
-    /// cookie is deleted.
+    /// A session cookie whose session expired or was ended: refused like `NoSession`.
     SessionEnded,
     /// A login link that cannot start a session.
     Link(LinkRefused),
@@ -49,14 +48,10 @@ impl IntoResponse for PortalError {
     fn into_response(self) -> Response {
         let (status, title, detail): (StatusCode, &str, String) = match self {
             PortalError::NoSession => (StatusCode::UNAUTHORIZED, "Signed out", SIGNED_OUT.into()),
-            PortalError::SessionEnded => {
-                let mut r = layout::error_page(StatusCode::UNAUTHORIZED, "Signed out", SIGNED_OUT);
-                r.headers_mut().insert(
-                    header::SET_COOKIE,
-                    HeaderValue::from_static(super::session::CLEAR_COOKIE),
-                );
-                return r;
-            }
+            // The dead cookie is left alone: a deletion cannot say which cookie it deletes, and
+            // a refusal arriving late (another tab's request made with the old cookie) would
+            // delete the one a new sign-in just set. The next sign-in replaces it.
+            PortalError::SessionEnded => (StatusCode::UNAUTHORIZED, "Signed out", SIGNED_OUT.into()),
             PortalError::Link(LinkRefused::Unknown) => (
                 StatusCode::UNAUTHORIZED,
                 "Invalid link",

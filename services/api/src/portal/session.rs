@@ -31,9 +31,8 @@ use crate::AppState;
 /// The session cookie's name.
 pub const COOKIE: &str = "hs_portal";
 
-/// Deletes the session cookie: sent at logout, and with every refusal of a cookie whose
-/// session has ended (expired, signed out, its token revoked), so the browser stops sending a
-/// dead id.
+/// Deletes the session cookie: sent at logout only. A refusal of a cookie whose session has
+/// ended leaves it (see `PortalError::SessionEnded`).
 pub const CLEAR_COOKIE: &str = "hs_portal=; Path=/portal; HttpOnly; SameSite=Strict; Max-Age=0";
 
 /// What the portal keeps in memory: the per-session request rate.
