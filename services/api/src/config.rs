@@ -79,6 +79,9 @@ pub struct ApiSettings {
     pub request_timeout_ms: u64,
 }
 
+/// The shortest `api.request_timeout_ms` taken (other than 0).
+const MIN_REQUEST_TIMEOUT_MS: u64 = 1_000;
+
 impl Default for ApiSettings {
     fn default() -> Self {
         Self {
@@ -175,6 +178,13 @@ impl Validate for ApiSettings {
         if self.message_batch_rows > 1000 {
             return err("api.message_batch_rows must be at most 1000".into());
         }
+        if self.request_timeout_ms > 0 && self.request_timeout_ms < MIN_REQUEST_TIMEOUT_MS {
+            return err(format!(
+                "api.request_timeout_ms must be 0 (the database's answer deadline) or at least \
+                 {MIN_REQUEST_TIMEOUT_MS}, not {}: shorter, ordinary requests are cut",
+                self.request_timeout_ms
+            ));
+        }
         if !(self.recover_rate_per_s.is_finite()
             && self.recover_rate_per_s >= hookstream_replay::MIN_RATE_PER_S)
         {
@@ -268,6 +278,7 @@ mod tests {
             ),
             ("[api]\nmessage_writers = 0\n", "api.message_writers"),
             ("[api]\nmessage_batch_rows = 5000\n", "api.message_batch_rows"),
+            ("[api]\nrequest_timeout_ms = 50\n", "api.request_timeout_ms"),
             ("[api]\nportal_url = \"ftp://x\"\n", "api.portal_url"),
             (
                 "[api]\nportal_url = \"http://portal.example.com/portal\"\n",
