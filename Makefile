@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
-.PHONY: help up down status logs test bench lint fmt infra fuzz
+.PHONY: help up down status logs test bench lint fmt infra fuzz test-k8s
 
 help: ## Show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -24,6 +24,9 @@ infra: ## Start only PostgreSQL and Kafka
 
 test: ## Run every test against real PostgreSQL and Kafka (started if needed)
 	@bash scripts/test.sh
+
+test-k8s: ## The Helm chart on a real kube-apiserver built from the Go proxy (~15 min the first time; not in `make test`)
+	@bash scripts/k8s/test.sh
 
 fuzz: ## Every fuzz target for FUZZ_SECONDS (300) each on nightly; non-zero on a crash
 	@bash scripts/fuzz.sh
