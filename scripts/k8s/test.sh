@@ -79,7 +79,8 @@ trap 'exit 130' INT TERM
 
 # ---- build ----------------------------------------------------------------------------------
 phase "build: kube-apiserver, kube-controller-manager, kubectl, etcd"
-K8S_BIN="$(bash "$HERE/build.sh")" || { fail "building the Kubernetes binaries (scripts/k8s/build.sh)"; exit 1; }
+# build.sh's progress (stderr) shown here, less the module download lines; its stdout is the directory.
+K8S_BIN="$(bash "$HERE/build.sh" 2> >(grep --line-buffered -v '^go: downloading ' >&2))" || { fail "building the Kubernetes binaries (scripts/k8s/build.sh)"; exit 1; }
 phase "build: helm"
 nice -n 19 bash "$REPO_ROOT/scripts/check/tools.sh" >/dev/null || { fail "installing helm (scripts/check/tools.sh)"; exit 1; }
 HELM="$HOME/.cache/hookstream/bin/helm"
