@@ -176,6 +176,9 @@ pub struct Target<'a> {
     pub timeout: Duration,
     /// Every active secret signs (rotation window).
     pub secrets: &'a [Secret],
+    /// The endpoint's custom headers (checked when they were set: no reserved names). Values
+    /// may be credentials: never logged.
+    pub headers: &'a [(String, String)],
 }
 
 impl fmt::Debug for Target<'_> {
@@ -184,6 +187,7 @@ impl fmt::Debug for Target<'_> {
             .field("url", &hookstream_egress::redact(self.url))
             .field("timeout", &self.timeout)
             .field("secrets", &self.secrets.len())
+            .field("headers", &self.headers.len())
             .finish()
     }
 }
@@ -255,9 +259,11 @@ impl Engine {
         }
         let timestamp = unix_now();
         let signature = signature_header(target.secrets.iter(), msg.id, timestamp, msg.body);
-        let request = self
-            .client
-            .post(url)
+        let mut request = self.client.post(url);
+        for (name, value) in target.headers {
+            request = request.header(name.as_str(), value.as_str());
+        }
+        let request = request
             .timeout(target.timeout.min(self.max_timeout))
             .header("content-type", "application/json")
             .header(HEADER_ID, msg.id)
@@ -560,6 +566,7 @@ mod tests {
                 url: &url,
                 timeout: Duration::from_secs(2),
                 secrets: &secrets,
+                headers: &[],
             };
             let out = engine(&[]).deliver(target, msg).await;
             assert_eq!(out.class, ErrorClass::SsrfBlocked, "{url}: {:?}", out.error);
@@ -576,6 +583,7 @@ mod tests {
             url: &url,
             timeout: Duration::from_secs(2),
             secrets: &secrets,
+            headers: &[],
         };
         let out = engine(&["127.0.0.0/8"]).deliver(target, msg).await;
         assert_eq!(out.verdict, Verdict::Delivered, "{:?}", out.error);

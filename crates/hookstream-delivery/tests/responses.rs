@@ -41,6 +41,7 @@ async fn deliver(max_response_bytes: usize, url: &str) -> Outcome {
                 url,
                 timeout: Duration::from_secs(5),
                 secrets: &secrets,
+                headers: &[],
             },
             Message {
                 id: "evt_1",

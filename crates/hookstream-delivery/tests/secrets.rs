@@ -53,6 +53,7 @@ async fn deliver(engine: &Engine, url: &str, timeout: Duration) -> Outcome {
         url,
         timeout,
         secrets: &secrets,
+        headers: &[],
     };
     let msg = Message {
         id: "evt_1",
@@ -190,6 +191,7 @@ async fn credentials_in_the_url_are_refused_without_being_repeated() {
         url: &url,
         timeout: Duration::from_secs(1),
         secrets: &[],
+        headers: &[],
     };
     let debug = format!("{target:?}");
     for secret in SECRETS {

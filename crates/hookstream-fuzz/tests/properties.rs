@@ -52,6 +52,7 @@ fn envelope() -> impl Strategy<Value = EventEnvelope> {
                     outbox_id: o,
                     subscription_version: v,
                     relayed_at_ms: r,
+                    ..Default::default()
                 }
             },
         )

@@ -15,10 +15,13 @@
 //! ```
 //!
 //! It calls the SQL function `hookstream.enqueue`, which every other language calls directly,
-//! so the checks (tenant, event type, payload size) are the same everywhere.
+//! so the checks (tenant, event type, payload size) are the same everywhere. The payload is
+//! passed as text, so what receivers get is byte for byte what the event holds: build it with
+//! [`Event::from_json_text`] to keep your own formatting and key order.
 
 #![forbid(unsafe_code)]
 
+use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::PgConnection;
 use uuid::Uuid;
@@ -32,25 +35,53 @@ pub struct Event {
     /// Events of one aggregate reach Kafka in commit order.
     pub aggregate_type: String,
     pub aggregate_id: String,
-    /// A JSON object: the webhook body.
-    pub payload: Value,
+    /// A JSON object's text: the webhook body, exactly as delivered and signed.
+    pub payload: String,
     /// Metadata carried with the event (not sent to receivers).
     pub headers: Value,
     /// Enqueuing the same key twice for a tenant returns the first event's id.
     pub idempotency_key: Option<String>,
+    /// Channels the event is sent to: endpoints that listen on channels get it only when they
+    /// share one (at most 10 names of letters, digits and `-_.:`).
+    pub channels: Vec<String>,
+    /// Not delivered before this time (at most 30 days ahead).
+    pub deliver_at: Option<DateTime<Utc>>,
 }
 
 impl Event {
+    /// An event whose payload is `payload` serialised (compact, serde_json's key order).
     pub fn new(tenant_id: Uuid, event_type: impl Into<String>, payload: Value) -> Self {
+        Self::from_json_text(tenant_id, event_type, payload.to_string())
+    }
+
+    /// An event whose payload is this JSON text, delivered exactly as given (spacing, key
+    /// order, number formatting). `hookstream.enqueue` checks it is a JSON object.
+    pub fn from_json_text(
+        tenant_id: Uuid,
+        event_type: impl Into<String>,
+        payload: impl Into<String>,
+    ) -> Self {
         Self {
             tenant_id,
             event_type: event_type.into(),
             aggregate_type: String::new(),
             aggregate_id: String::new(),
-            payload,
+            payload: payload.into(),
             headers: Value::Object(Default::default()),
             idempotency_key: None,
+            channels: Vec::new(),
+            deliver_at: None,
         }
+    }
+
+    pub fn channels<S: Into<String>>(mut self, channels: impl IntoIterator<Item = S>) -> Self {
+        self.channels = channels.into_iter().map(Into::into).collect();
+        self
+    }
+
+    pub fn deliver_at(mut self, at: DateTime<Utc>) -> Self {
+        self.deliver_at = Some(at);
+        self
     }
 
     pub fn aggregate(mut self, aggregate_type: impl Into<String>, aggregate_id: impl Into<String>) -> Self {
@@ -77,6 +108,7 @@ pub enum EnqueueError {
     UnknownTenant(String),
     #[error("{0}")]
     InvalidEventType(String),
+    /// Not JSON, or JSON but not an object.
     #[error("{0}")]
     PayloadNotObject(String),
     #[error("{0}")]
@@ -85,6 +117,10 @@ pub enum EnqueueError {
     InvalidHeaders(String),
     #[error("{0}")]
     InvalidIdempotencyKey(String),
+    #[error("{0}")]
+    InvalidChannels(String),
+    #[error("{0}")]
+    InvalidDeliverAt(String),
     #[error("database error: {0}")]
     Database(#[from] sqlx::Error),
 }
@@ -110,6 +146,10 @@ impl EnqueueError {
             "HS004" => EnqueueError::PayloadTooLarge(message),
             "HS005" => EnqueueError::InvalidHeaders(message),
             "HS006" => EnqueueError::InvalidIdempotencyKey(message),
+            "HS007" => EnqueueError::InvalidChannels(message),
+            "HS008" => EnqueueError::InvalidDeliverAt(message),
+            // PostgreSQL's JSON parser refusing the payload text.
+            "22P02" => EnqueueError::PayloadNotObject(format!("payload is not valid JSON: {message}")),
             _ => EnqueueError::Database(e),
         }
     }
@@ -118,7 +158,8 @@ impl EnqueueError {
 /// Writes the event into the outbox on `conn` (normally inside the caller's transaction) and
 /// returns its id, a UUIDv7 that receivers see as `webhook-id`.
 pub async fn enqueue(conn: &mut PgConnection, event: &Event) -> Result<Uuid, EnqueueError> {
-    sqlx::query_scalar("SELECT hookstream.enqueue($1, $2, $3, $4, $5, $6, $7)")
+    let channels = (!event.channels.is_empty()).then_some(&event.channels);
+    sqlx::query_scalar("SELECT hookstream.enqueue($1, $2, $3::text, $4, $5, $6, $7, $8, $9)")
         .bind(event.tenant_id)
         .bind(&event.event_type)
         .bind(&event.payload)
@@ -126,6 +167,8 @@ pub async fn enqueue(conn: &mut PgConnection, event: &Event) -> Result<Uuid, Enq
         .bind(&event.aggregate_id)
         .bind(&event.headers)
         .bind(&event.idempotency_key)
+        .bind(channels)
+        .bind(event.deliver_at)
         .fetch_one(conn)
         .await
         .map_err(EnqueueError::from_db)

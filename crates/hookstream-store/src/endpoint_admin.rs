@@ -12,6 +12,9 @@ use serde::Serialize;
 use sqlx::{PgPool, Postgres, QueryBuilder};
 use uuid::Uuid;
 
+use hookstream_routing::{channels, PayloadFilter};
+
+use crate::endpoint_headers::{self, EndpointHeaders};
 use crate::endpoints::{insert_secret, validate_url, SecretRow};
 use crate::sealing::Sealer;
 use crate::{EventFilter, StoreError};
@@ -37,11 +40,18 @@ pub struct ManagedEndpoint {
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
     pub failing_since: Option<DateTime<Utc>>,
+    /// Channels it listens on (empty: every message).
+    pub channels: Vec<String>,
+    /// Its payload filter, as given.
+    pub payload_filter: Option<serde_json::Value>,
+    /// The names of its custom headers (the values are sealed: `endpoint_headers`).
+    pub header_names: Vec<String>,
 }
 
 const COLUMNS: &str =
     "id, tenant_id, url, description, event_types, enabled, disabled_reason, rate_limit_per_s, \
-                       timeout_ms, max_in_flight, uid, metadata, created_at, updated_at, failing_since";
+                       timeout_ms, max_in_flight, uid, metadata, created_at, updated_at, failing_since, \
+                       channels, payload_filter, header_names";
 
 /// An endpoint named by its id or, within its tenant, by its uid.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -72,6 +82,12 @@ pub struct EndpointFields {
     pub metadata: serde_json::Value,
     pub timeout_ms: Option<i32>,
     pub max_in_flight: Option<i32>,
+    /// Channels to listen on (empty: every message).
+    pub channels: Vec<String>,
+    /// A payload filter (`hookstream_routing::payload_filter`).
+    pub payload_filter: Option<serde_json::Value>,
+    /// Custom headers: set at creation; `None` on an update keeps the current ones.
+    pub headers: Option<EndpointHeaders>,
 }
 
 fn clash(e: sqlx::Error, uid: Option<&str>) -> StoreError {
@@ -89,8 +105,22 @@ fn clash(e: sqlx::Error, uid: Option<&str>) -> StoreError {
     StoreError::from_db(e)
 }
 
-fn check(f: &EndpointFields) -> Result<Vec<String>, StoreError> {
-    let filter = EventFilter::new(&f.event_types).map_err(StoreError::Invalid)?;
+/// Checks the fields; returns the event-type patterns and the channels as stored.
+fn check(f: &EndpointFields) -> Result<(Vec<String>, Vec<String>), StoreError> {
+    let filter = EventFilter::new(&f.event_types).map_err(|message| StoreError::InvalidField {
+        field: "eventTypes",
+        message,
+    })?;
+    let channels = channels::check_channels(&f.channels).map_err(|message| StoreError::InvalidField {
+        field: "channels",
+        message,
+    })?;
+    if let Some(filter) = &f.payload_filter {
+        PayloadFilter::from_value(filter.clone()).map_err(|e| StoreError::InvalidField {
+            field: "filter",
+            message: format!("invalid payload filter {e}"),
+        })?;
+    }
     if f.rate_limit_per_s.is_some_and(|r| r <= 0) {
         return Err(StoreError::Invalid("rate limit must be positive".into()));
     }
@@ -105,11 +135,12 @@ fn check(f: &EndpointFields) -> Result<Vec<String>, StoreError> {
             "description must be at most 10000 bytes".into(),
         ));
     }
-    Ok(filter.patterns().to_vec())
+    Ok((filter.patterns().to_vec(), channels))
 }
 
-/// Creates an endpoint of `tenant` with its first secret (`secret`, or a new one); returns the
-/// secret once. The URL is checked against `policy` before anything is written.
+/// Creates an endpoint of `tenant` with its first secret (`secret`, or a new one) and its
+/// custom headers; returns the secret once. The URL is checked against `policy` before
+/// anything is written.
 pub async fn create(
     pool: &PgPool,
     sealer: &Sealer,
@@ -119,18 +150,17 @@ pub async fn create(
     secret: Option<Secret>,
 ) -> Result<(ManagedEndpoint, Secret), StoreError> {
     let url = validate_url(&f.url, policy)?;
-    let patterns = check(f)?;
+    let (patterns, channels) = check(f)?;
     let id = Uuid::now_v7();
     let (url_key_id, url_sealed) = sealer.seal_url(id, url.as_str());
     let mut tx = pool.begin().await?;
-    let endpoint = sqlx::query_as::<_, ManagedEndpoint>(&format!(
+    sqlx::query(
         "INSERT INTO hookstream.endpoints
             (id, tenant_id, url, url_sealed, url_key_id, description, event_types, enabled, disabled_reason,
-             rate_limit_per_s, timeout_ms, max_in_flight, uid, metadata)
+             rate_limit_per_s, timeout_ms, max_in_flight, uid, metadata, channels, payload_filter)
          VALUES ($1, $2, $3, $4, $5, $6, $7, NOT $8, CASE WHEN $8 THEN $9 END, $10, coalesce($11, 15000),
-                 coalesce($12, 32), $13, $14)
-         RETURNING {COLUMNS}"
-    ))
+                 coalesce($12, 32), $13, $14, $15, $16)",
+    )
     .bind(id)
     .bind(tenant)
     .bind(hookstream_egress::redact(url.as_str()))
@@ -145,9 +175,20 @@ pub async fn create(
     .bind(f.max_in_flight)
     .bind(&f.uid)
     .bind(&f.metadata)
-    .fetch_one(&mut *tx)
+    .bind(&channels)
+    .bind(&f.payload_filter)
+    .execute(&mut *tx)
     .await
     .map_err(|e| clash(e, f.uid.as_deref()))?;
+    if let Some(headers) = f.headers.as_ref().filter(|h| !h.headers.is_empty()) {
+        endpoint_headers::store(&mut tx, sealer, id, headers).await?;
+    }
+    let endpoint = sqlx::query_as::<_, ManagedEndpoint>(&format!(
+        "SELECT {COLUMNS} FROM hookstream.endpoints WHERE id = $1"
+    ))
+    .bind(id)
+    .fetch_one(&mut *tx)
+    .await?;
     let secret = secret.unwrap_or_else(Secret::generate);
     insert_secret(&mut tx, sealer, id, &secret, None).await?;
     tx.commit().await?;
@@ -229,7 +270,7 @@ pub async fn enabled_of(pool: &PgPool, tenant: Uuid) -> Result<Vec<ManagedEndpoi
 
 /// Replaces an endpoint's fields. A URL is validated and sealed again; enabling an endpoint
 /// clears its failure record, disabling records `DISABLED_BY_API` (an endpoint disabled for
-/// another reason keeps that reason).
+/// another reason keeps that reason). Headers are replaced only when `f.headers` is given.
 pub async fn update(
     pool: &PgPool,
     sealer: &Sealer,
@@ -238,21 +279,49 @@ pub async fn update(
     id: Uuid,
     f: &EndpointFields,
 ) -> Result<ManagedEndpoint, StoreError> {
-    let patterns = check(f)?;
     let mut tx = pool.begin().await?;
-    let shown: String = sqlx::query_scalar(
-        "SELECT url FROM hookstream.endpoints WHERE tenant_id = $1 AND id = $2 FOR UPDATE",
-    )
+    let current = locked(&mut tx, tenant, id).await?;
+    let sealed_url = sealed_unless_shown(sealer, policy, id, &f.url, &current.url)?;
+    let row = write(&mut tx, sealer, tenant, id, f, sealed_url).await?;
+    tx.commit().await?;
+    Ok(row)
+}
+
+/// One of `tenant`'s endpoints, locked for the transaction's update.
+async fn locked(
+    tx: &mut sqlx::Transaction<'_, Postgres>,
+    tenant: Uuid,
+    id: Uuid,
+) -> Result<ManagedEndpoint, StoreError> {
+    sqlx::query_as::<_, ManagedEndpoint>(&format!(
+        "SELECT {COLUMNS} FROM hookstream.endpoints WHERE tenant_id = $1 AND id = $2 FOR UPDATE"
+    ))
     .bind(tenant)
     .bind(id)
-    .fetch_optional(&mut *tx)
+    .fetch_optional(&mut **tx)
     .await?
-    .ok_or_else(|| StoreError::NotFound(format!("endpoint {id}")))?;
-    let (redacted, url_sealed, url_key_id) = match sealed_unless_shown(sealer, policy, id, &f.url, &shown)? {
+    .ok_or_else(|| StoreError::NotFound(format!("endpoint {id}")))
+}
+
+/// Writes every field of a locked endpoint (the URL only when `sealed_url` is given: redacted,
+/// sealed, key id), then its headers when `f.headers` is given.
+async fn write(
+    tx: &mut sqlx::Transaction<'_, Postgres>,
+    sealer: &Sealer,
+    tenant: Uuid,
+    id: Uuid,
+    f: &EndpointFields,
+    sealed_url: Option<(String, Vec<u8>, String)>,
+) -> Result<ManagedEndpoint, StoreError> {
+    let (patterns, channels) = check(f)?;
+    let (redacted, url_sealed, url_key_id) = match sealed_url {
         Some((r, s, k)) => (Some(r), Some(s), Some(k)),
         None => (None, None, None),
     };
-    let row = sqlx::query_as::<_, ManagedEndpoint>(&format!(
+    if let Some(headers) = &f.headers {
+        endpoint_headers::store(tx, sealer, id, headers).await?;
+    }
+    sqlx::query_as::<_, ManagedEndpoint>(&format!(
         "UPDATE hookstream.endpoints SET
             url = coalesce($3, url), url_sealed = coalesce($4, url_sealed),
             url_key_id = coalesce($5, url_key_id), description = $6, event_types = $7,
@@ -260,7 +329,8 @@ pub async fn update(
             disabled_reason = CASE WHEN NOT $8 THEN NULL WHEN enabled THEN $9 ELSE disabled_reason END,
             failing_since = CASE WHEN NOT $8 AND NOT enabled THEN NULL ELSE failing_since END,
             rate_limit_per_s = $10, timeout_ms = coalesce($11, timeout_ms),
-            max_in_flight = coalesce($12, max_in_flight), uid = $13, metadata = $14, updated_at = now()
+            max_in_flight = coalesce($12, max_in_flight), uid = $13, metadata = $14, channels = $15,
+            payload_filter = $16, updated_at = now()
           WHERE tenant_id = $1 AND id = $2
           RETURNING {COLUMNS}"
     ))
@@ -278,11 +348,11 @@ pub async fn update(
     .bind(f.max_in_flight)
     .bind(&f.uid)
     .bind(&f.metadata)
-    .fetch_one(&mut *tx)
+    .bind(&channels)
+    .bind(&f.payload_filter)
+    .fetch_one(&mut **tx)
     .await
-    .map_err(|e| clash(e, f.uid.as_deref()))?;
-    tx.commit().await?;
-    Ok(row)
+    .map_err(|e| clash(e, f.uid.as_deref()))
 }
 
 /// The URL to store, validated and sealed (redacted text, sealed bytes, key id); `None` when
@@ -319,6 +389,9 @@ pub struct EndpointPatch {
     pub metadata: Option<serde_json::Value>,
     pub timeout_ms: Option<i32>,
     pub max_in_flight: Option<i32>,
+    pub channels: Option<Vec<String>>,
+    /// `Some(None)` removes the filter.
+    pub payload_filter: Option<Option<serde_json::Value>>,
 }
 
 /// Applies a partial update (read, merge, full update, in one transaction).
@@ -331,14 +404,7 @@ pub async fn patch(
     p: &EndpointPatch,
 ) -> Result<ManagedEndpoint, StoreError> {
     let mut tx = pool.begin().await?;
-    let current = sqlx::query_as::<_, ManagedEndpoint>(&format!(
-        "SELECT {COLUMNS} FROM hookstream.endpoints WHERE tenant_id = $1 AND id = $2 FOR UPDATE"
-    ))
-    .bind(tenant)
-    .bind(id)
-    .fetch_optional(&mut *tx)
-    .await?
-    .ok_or_else(|| StoreError::NotFound(format!("endpoint {id}")))?;
+    let current = locked(&mut tx, tenant, id).await?;
     let merged = EndpointFields {
         url: p.url.clone().unwrap_or_default(),
         description: p.description.clone().unwrap_or(current.description.clone()),
@@ -349,44 +415,15 @@ pub async fn patch(
         metadata: p.metadata.clone().unwrap_or(current.metadata.clone()),
         timeout_ms: p.timeout_ms,
         max_in_flight: p.max_in_flight,
+        channels: p.channels.clone().unwrap_or(current.channels.clone()),
+        payload_filter: p.payload_filter.clone().unwrap_or(current.payload_filter.clone()),
+        headers: None,
     };
-    let patterns = check(&merged)?;
     let sealed_url = match &p.url {
         Some(raw) => sealed_unless_shown(sealer, policy, id, raw, &current.url)?,
         None => None,
     };
-    let (redacted, sealed, key_id) = match sealed_url {
-        Some((r, s, k)) => (Some(r), Some(s), Some(k)),
-        None => (None, None, None),
-    };
-    let row = sqlx::query_as::<_, ManagedEndpoint>(&format!(
-        "UPDATE hookstream.endpoints SET
-            url = coalesce($3, url), url_sealed = coalesce($4, url_sealed), url_key_id = coalesce($5, url_key_id),
-            description = $6, event_types = $7, enabled = NOT $8,
-            disabled_reason = CASE WHEN NOT $8 THEN NULL WHEN enabled THEN $9 ELSE disabled_reason END,
-            failing_since = CASE WHEN NOT $8 AND NOT enabled THEN NULL ELSE failing_since END,
-            rate_limit_per_s = $10, timeout_ms = coalesce($11, timeout_ms),
-            max_in_flight = coalesce($12, max_in_flight), uid = $13, metadata = $14, updated_at = now()
-          WHERE tenant_id = $1 AND id = $2
-          RETURNING {COLUMNS}"
-    ))
-    .bind(tenant)
-    .bind(id)
-    .bind(redacted)
-    .bind(sealed)
-    .bind(key_id)
-    .bind(&merged.description)
-    .bind(&patterns)
-    .bind(merged.disabled)
-    .bind(DISABLED_BY_API)
-    .bind(merged.rate_limit_per_s)
-    .bind(merged.timeout_ms)
-    .bind(merged.max_in_flight)
-    .bind(&merged.uid)
-    .bind(&merged.metadata)
-    .fetch_one(&mut *tx)
-    .await
-    .map_err(|e| clash(e, merged.uid.as_deref()))?;
+    let row = write(&mut tx, sealer, tenant, id, &merged, sealed_url).await?;
     tx.commit().await?;
     Ok(row)
 }

@@ -7,6 +7,9 @@ use serde::Serialize;
 use sqlx::PgPool;
 use uuid::Uuid;
 
+use hookstream_routing::{PayloadFilter, Subscription};
+
+use crate::endpoint_headers::EndpointHeaders;
 use crate::sealing::Sealer;
 use crate::{EventFilter, StoreError};
 
@@ -28,6 +31,12 @@ pub struct Endpoint {
     pub created_at: DateTime<Utc>,
     /// When deliveries started failing with no success since (None: healthy).
     pub failing_since: Option<DateTime<Utc>>,
+    /// Channels it listens on (empty: every message).
+    pub channels: Vec<String>,
+    /// The payload filter (a JSON object), if any.
+    pub payload_filter: Option<serde_json::Value>,
+    /// Names of its custom headers (values are sealed).
+    pub header_names: Vec<String>,
 }
 
 /// What it takes to create an endpoint; limits left `None` take the defaults.
@@ -40,16 +49,24 @@ pub struct NewEndpoint {
     pub rate_limit_per_s: Option<i32>,
     pub timeout_ms: Option<i32>,
     pub max_in_flight: Option<i32>,
+    /// Channels to listen on (empty: every message).
+    pub channels: Vec<String>,
+    /// A payload filter (`hookstream_routing::payload_filter`).
+    pub payload_filter: Option<serde_json::Value>,
+    pub headers: Option<EndpointHeaders>,
 }
 
-/// An enabled endpoint as the dispatcher delivers to it: its compiled filter, its full URL
-/// (opened from its sealed form: a secret, never logged) and its active signing secrets.
+/// An enabled endpoint as the dispatcher delivers to it: what it subscribes to (compiled),
+/// its full URL and custom headers (opened from their sealed forms: secrets, never logged) and
+/// its active signing secrets.
 #[derive(Clone)]
 pub struct ActiveEndpoint {
     pub endpoint: Endpoint,
     /// The URL to POST to, with whatever token it carries.
     pub target_url: String,
-    pub filter: EventFilter,
+    pub subscription: Subscription,
+    /// Custom headers every delivery carries.
+    pub headers: Vec<(String, String)>,
     pub secrets: Vec<Secret>,
     /// When the first of `secrets` expires (ms since the epoch), if one does: the snapshot
     /// reloads the endpoint then, so an expired secret stops signing.
@@ -61,14 +78,16 @@ impl std::fmt::Debug for ActiveEndpoint {
         f.debug_struct("ActiveEndpoint")
             .field("endpoint", &self.endpoint)
             .field("target_url", &"<sealed>")
-            .field("filter", &self.filter)
+            .field("subscription", &self.subscription)
+            .field("headers", &self.headers.len())
             .field("secrets", &self.secrets.len())
             .finish()
     }
 }
 
 pub(crate) const COLUMNS: &str = "id, tenant_id, url, description, event_types, enabled, disabled_reason, \
-                       rate_limit_per_s, timeout_ms, max_in_flight, created_at, failing_since";
+                       rate_limit_per_s, timeout_ms, max_in_flight, created_at, failing_since, channels, \
+                       payload_filter, header_names";
 
 /// An endpoint row with its sealed URL.
 #[derive(sqlx::FromRow)]
@@ -77,7 +96,12 @@ pub(crate) struct EndpointRow {
     pub(crate) endpoint: Endpoint,
     pub(crate) url_sealed: Option<Vec<u8>>,
     pub(crate) url_key_id: Option<String>,
+    pub(crate) headers_sealed: Option<Vec<u8>>,
+    pub(crate) headers_key_id: Option<String>,
 }
+
+/// What the row columns of `EndpointRow` are, after `COLUMNS`.
+pub(crate) const SEALED_COLUMNS: &str = "url_sealed, url_key_id, headers_sealed, headers_key_id";
 
 impl EndpointRow {
     /// The full URL: opened from its sealed form, or the plaintext of a row written before
@@ -88,6 +112,31 @@ impl EndpointRow {
             _ => Ok(self.endpoint.url.clone()),
         }
     }
+
+    /// Its custom headers, opened.
+    pub(crate) fn headers(&self, sealer: &Sealer) -> Result<EndpointHeaders, StoreError> {
+        EndpointHeaders::open(
+            sealer,
+            self.endpoint.id,
+            self.headers_key_id.as_deref(),
+            self.headers_sealed.as_deref(),
+        )
+    }
+
+    /// What it subscribes to, compiled (an error names what does not compile).
+    pub(crate) fn subscription(&self) -> Result<Subscription, String> {
+        let e = &self.endpoint;
+        Ok(Subscription {
+            event_types: EventFilter::new(&e.event_types)?,
+            channels: e.channels.clone(),
+            payload: e
+                .payload_filter
+                .clone()
+                .map(PayloadFilter::from_value)
+                .transpose()
+                .map_err(|e| format!("payload filter {e}"))?,
+        })
+    }
 }
 
 /// Checks that a URL is something we may POST to: http(s), a host, no credentials, and no
@@ -97,56 +146,40 @@ pub fn validate_url(raw: &str, policy: &AddressPolicy) -> Result<url::Url, Store
     hookstream_egress::validate_endpoint_url(raw, policy).map_err(|e| StoreError::Invalid(e.to_string()))
 }
 
-/// Creates an endpoint and its first secret, both sealed at rest with its URL; returns the
-/// secret once (it is not shown again).
+/// Creates an endpoint and its first secret, both sealed at rest with its URL (and its
+/// headers); returns the secret once (it is not shown again). The CLI's and tests' form of
+/// `endpoint_admin::create`, which does the work.
 pub async fn create(
     pool: &PgPool,
     sealer: &Sealer,
     policy: &AddressPolicy,
     new: NewEndpoint,
 ) -> Result<(Endpoint, Secret), StoreError> {
-    let url = validate_url(&new.url, policy)?;
-    let filter = EventFilter::new(&new.event_types).map_err(StoreError::Invalid)?;
     if let Some(rate) = new.rate_limit_per_s {
         if rate <= 0 {
             return Err(StoreError::Invalid("rate limit must be positive".into()));
         }
     }
-    let mut tx = pool.begin().await?;
-    let tenant_exists: bool =
-        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM hookstream.tenants WHERE id = $1)")
-            .bind(new.tenant_id)
-            .fetch_one(&mut *tx)
-            .await?;
-    if !tenant_exists {
-        return Err(StoreError::NotFound(format!("tenant {}", new.tenant_id)));
-    }
-    let id = Uuid::now_v7();
-    let (url_key_id, url_sealed) = sealer.seal_url(id, url.as_str());
-    let endpoint = sqlx::query_as::<_, Endpoint>(&format!(
-        "INSERT INTO hookstream.endpoints
-            (id, tenant_id, url, url_sealed, url_key_id, description, event_types, rate_limit_per_s, timeout_ms,
-             max_in_flight)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, coalesce($9, 15000), coalesce($10, 32))
-         RETURNING {COLUMNS}"
-    ))
-    .bind(id)
-    .bind(new.tenant_id)
-    .bind(hookstream_egress::redact(url.as_str()))
-    .bind(url_sealed)
-    .bind(url_key_id)
-    .bind(&new.description)
-    .bind(filter.patterns())
-    .bind(new.rate_limit_per_s)
-    .bind(new.timeout_ms)
-    .bind(new.max_in_flight)
-    .fetch_one(&mut *tx)
-    .await
-    .map_err(StoreError::from_db)?;
-    let secret = Secret::generate();
-    insert_secret(&mut tx, sealer, endpoint.id, &secret, None).await?;
-    tx.commit().await?;
-    Ok((endpoint, secret))
+    let fields = crate::endpoint_admin::EndpointFields {
+        url: new.url,
+        description: new.description,
+        event_types: new.event_types,
+        rate_limit_per_s: new.rate_limit_per_s,
+        timeout_ms: new.timeout_ms,
+        max_in_flight: new.max_in_flight,
+        channels: new.channels,
+        payload_filter: new.payload_filter,
+        headers: new.headers,
+        metadata: serde_json::json!({}),
+        ..Default::default()
+    };
+    let (made, secret) = crate::endpoint_admin::create(pool, sealer, policy, new.tenant_id, &fields, None)
+        .await
+        .map_err(|e| match e {
+            StoreError::NotFound(_) => StoreError::NotFound(format!("tenant {}", new.tenant_id)),
+            other => other,
+        })?;
+    Ok((get(pool, made.id).await?, secret))
 }
 
 pub(crate) async fn insert_secret(
@@ -271,8 +304,9 @@ pub async fn reseal(pool: &PgPool, sealer: &Sealer) -> Result<Resealed, StoreErr
         done.secrets += 1;
     }
     let endpoints: Vec<EndpointRow> = sqlx::query_as(&format!(
-        "SELECT {COLUMNS}, url_sealed, url_key_id FROM hookstream.endpoints
-          WHERE url_key_id IS DISTINCT FROM $1 FOR UPDATE"
+        "SELECT {COLUMNS}, {SEALED_COLUMNS} FROM hookstream.endpoints
+          WHERE url_key_id IS DISTINCT FROM $1
+             OR (headers_key_id IS NOT NULL AND headers_key_id <> $1) FOR UPDATE"
     ))
     .bind(sealer.active_key_id())
     .fetch_all(&mut *tx)
@@ -290,6 +324,10 @@ pub async fn reseal(pool: &PgPool, sealer: &Sealer) -> Result<Resealed, StoreErr
         .execute(&mut *tx)
         .await?;
         done.urls += 1;
+        if row.headers_key_id.is_some() {
+            let headers = row.headers(sealer)?;
+            crate::endpoint_headers::store(&mut tx, sealer, row.endpoint.id, &headers).await?;
+        }
     }
     tx.commit().await?;
     Ok(done)

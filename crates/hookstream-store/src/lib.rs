@@ -17,6 +17,7 @@ pub mod dead_letters;
 pub mod deadline;
 pub mod delivery_pages;
 pub mod endpoint_admin;
+pub mod endpoint_headers;
 pub mod endpoints;
 pub mod event_types;
 pub mod filter;
@@ -44,6 +45,10 @@ pub use sqlx;
 pub enum StoreError {
     #[error("{0}")]
     Invalid(String),
+    /// Input refused, and the field it is about (in the API's terms: `channels`, `filter`,
+    /// `headers`, …), so an answer can point at it.
+    #[error("{message}")]
+    InvalidField { field: &'static str, message: String },
     #[error("{0} not found")]
     NotFound(String),
     /// The row would clash with an existing one (a unique name, uid or key).

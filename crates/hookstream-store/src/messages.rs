@@ -22,7 +22,7 @@ use crate::StoreError;
 pub struct NewMessage {
     pub tenant_id: Uuid,
     pub event_type: String,
-    /// The payload's JSON text (an object); stored as jsonb, delivered as its text.
+    /// The payload's JSON text (an object): stored, signed and delivered byte for byte.
     pub payload: String,
     pub aggregate_type: String,
     pub aggregate_id: String,
@@ -30,6 +30,12 @@ pub struct NewMessage {
     pub idempotency_key: Option<String>,
     /// The creating request's key (the API's `idempotency-key` header).
     pub request_key: Option<String>,
+    /// Channels it is sent to (Svix's `channels`; checked by `hookstream_routing::channels`).
+    pub channels: Vec<String>,
+    /// Tags to find it by (Svix's `tags`).
+    pub tags: Vec<String>,
+    /// Not delivered before this time.
+    pub deliver_at: Option<DateTime<Utc>>,
 }
 
 /// What enqueuing one message did.
@@ -64,10 +70,15 @@ fn from_enqueue(e: sqlx::Error) -> StoreError {
 #[doc(hidden)]
 pub const ENQUEUE_MANY: &str = r#"
 WITH parsed AS MATERIALIZED (
-    SELECT t.n, t.tenant, t.event_type, t.payload AS raw, t.payload::jsonb AS j,
-           coalesce(t.agg_type, '') AS agg_type, coalesce(t.agg_id, '') AS agg_id, t.key, t.request
-      FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[])
-           WITH ORDINALITY AS t(tenant, event_type, payload, agg_type, agg_id, key, request, n)
+    -- Channels and tags come as one comma-joined text per row (neither name may hold a comma:
+    -- `hookstream_routing::channels`); NULL for none.
+    SELECT t.n, t.tenant, t.event_type, t.payload AS raw, json_typeof(t.payload::json) AS kind,
+           coalesce(t.agg_type, '') AS agg_type, coalesce(t.agg_id, '') AS agg_id, t.key, t.request,
+           string_to_array(t.channels, ',') AS channels, string_to_array(t.tags, ',') AS tags, t.deliver_at
+      FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
+                  $8::text[], $9::text[], $10::timestamptz[])
+           WITH ORDINALITY AS t(tenant, event_type, payload, agg_type, agg_id, key, request, channels, tags,
+                                deliver_at, n)
 ), limits AS MATERIALIZED (
     -- One row (LIMIT says so to the planner: without it, an estimate of thousands made the
     -- statement's cost pass jit_above_cost, and every group paid ~100 ms of JIT compiling).
@@ -82,13 +93,11 @@ WITH parsed AS MATERIALIZED (
                THEN hookstream.refuse('HS002', format(
                    'invalid event type %s: use dot-separated words of letters, digits, _ and -',
                    quote_literal(coalesce(p.event_type, ''))))
-             WHEN p.j IS NULL OR jsonb_typeof(p.j) <> 'object'
+             WHEN p.kind IS NULL OR p.kind <> 'object'
                THEN hookstream.refuse('HS003', 'payload must be a JSON object')
-             -- The limit is on the stored JSON's text; the request's text is measured first
-             -- (never shorter), so the common case prints nothing back.
-             WHEN octet_length(p.raw) > s.max_bytes AND octet_length(p.j::text) > s.max_bytes
+             WHEN octet_length(p.raw) > s.max_bytes
                THEN hookstream.refuse('HS004', format('payload of %s bytes exceeds the limit of %s bytes',
-                                                      octet_length(p.j::text), s.max_bytes))
+                                                      octet_length(p.raw), s.max_bytes))
              WHEN p.key IS NOT NULL AND length(p.key) NOT BETWEEN 1 AND 255
                THEN hookstream.refuse('HS006', 'idempotency key must be 1 to 255 characters')
              ELSE true
@@ -107,13 +116,14 @@ WITH parsed AS MATERIALIZED (
 ), fresh AS MATERIALIZED (
     SELECT i.* FROM ids i WHERE i.key IS NULL OR i.id IN (SELECT event_id FROM keyed)
 ), outboxed AS (
-    INSERT INTO hookstream.outbox (event_id, tenant_id, event_type, aggregate_type, aggregate_id, payload, headers)
-    SELECT id, tenant, event_type, agg_type, agg_id, j, '{}'::jsonb FROM fresh ORDER BY n
+    INSERT INTO hookstream.outbox (event_id, tenant_id, event_type, aggregate_type, aggregate_id, payload, headers,
+                                   channels, deliver_at)
+    SELECT id, tenant, event_type, agg_type, agg_id, raw, '{}'::jsonb, channels, deliver_at FROM fresh ORDER BY n
     RETURNING 1
 ), stored AS (
     INSERT INTO hookstream.messages (tenant_id, event_id, created_at, event_type, aggregate_type, aggregate_id,
-                                     payload, idempotency_key, request_key)
-    SELECT tenant, id, at, event_type, agg_type, agg_id, j, key, request
+                                     body, idempotency_key, request_key, channels, tags, deliver_at)
+    SELECT tenant, id, at, event_type, agg_type, agg_id, raw, key, request, channels, tags, deliver_at
       FROM fresh WHERE (SELECT store FROM limits) ORDER BY n
     RETURNING 1
 )
@@ -149,6 +159,10 @@ pub async fn enqueue_many(pool: &PgPool, rows: &[NewMessage]) -> Result<Vec<Enqu
     let agg_ids: Vec<&str> = rows.iter().map(|r| r.aggregate_id.as_str()).collect();
     let keys: Vec<Option<&str>> = rows.iter().map(|r| r.idempotency_key.as_deref()).collect();
     let requests: Vec<Option<&str>> = rows.iter().map(|r| r.request_key.as_deref()).collect();
+    let joined = |names: &[String]| (!names.is_empty()).then(|| names.join(","));
+    let channels: Vec<Option<String>> = rows.iter().map(|r| joined(&r.channels)).collect();
+    let tags: Vec<Option<String>> = rows.iter().map(|r| joined(&r.tags)).collect();
+    let deliver_at: Vec<Option<DateTime<Utc>>> = rows.iter().map(|r| r.deliver_at).collect();
     let mut done = sqlx::query_as::<_, Enqueued>(ENQUEUE_MANY)
         .bind(&tenants)
         .bind(&types)
@@ -157,6 +171,9 @@ pub async fn enqueue_many(pool: &PgPool, rows: &[NewMessage]) -> Result<Vec<Enqu
         .bind(&agg_ids)
         .bind(&keys)
         .bind(&requests)
+        .bind(&channels)
+        .bind(&tags)
+        .bind(&deliver_at)
         .fetch_all(pool)
         .await
         .map_err(from_enqueue)?;
@@ -191,8 +208,8 @@ pub async fn insert(pool: &PgPool, id: Uuid, m: &NewMessage) -> Result<DateTime<
     let at = v7_time(id).ok_or_else(|| StoreError::Invalid(format!("{id} is not a UUIDv7")))?;
     sqlx::query(
         "INSERT INTO hookstream.messages (tenant_id, event_id, created_at, event_type, aggregate_type,
-                                          aggregate_id, payload, idempotency_key, request_key)
-         VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8, $9)",
+                                          aggregate_id, body, idempotency_key, request_key, channels, tags)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, nullif($10, '{}'::text[]), nullif($11, '{}'::text[]))",
     )
     .bind(m.tenant_id)
     .bind(id)
@@ -203,6 +220,8 @@ pub async fn insert(pool: &PgPool, id: Uuid, m: &NewMessage) -> Result<DateTime<
     .bind(&m.payload)
     .bind(&m.idempotency_key)
     .bind(&m.request_key)
+    .bind(&m.channels)
+    .bind(&m.tags)
     .execute(pool)
     .await
     .map_err(StoreError::from_db)?;
@@ -218,16 +237,23 @@ pub struct Message {
     pub event_type: String,
     pub aggregate_type: String,
     pub aggregate_id: String,
-    /// The payload's JSON text (`{}` when listed without content).
+    /// The payload's JSON text as the producer wrote it (`{}` when listed without content).
     pub payload: String,
     pub idempotency_key: Option<String>,
+    pub channels: Vec<String>,
+    pub tags: Vec<String>,
+    pub deliver_at: Option<DateTime<Utc>>,
 }
 
 fn columns(with_content: bool) -> &'static str {
+    // `body` is the exact text; rows written before it existed have only the jsonb `payload`.
     if with_content {
-        "tenant_id, event_id, created_at, event_type, aggregate_type, aggregate_id, payload::text AS payload, idempotency_key"
+        "tenant_id, event_id, created_at, event_type, aggregate_type, aggregate_id, \
+         coalesce(body, payload::text) AS payload, idempotency_key, coalesce(channels, '{}') AS channels, \
+         coalesce(tags, '{}') AS tags, deliver_at"
     } else {
-        "tenant_id, event_id, created_at, event_type, aggregate_type, aggregate_id, '{}'::text AS payload, idempotency_key"
+        "tenant_id, event_id, created_at, event_type, aggregate_type, aggregate_id, '{}'::text AS payload, \
+         idempotency_key, coalesce(channels, '{}') AS channels, coalesce(tags, '{}') AS tags, deliver_at"
     }
 }
 
@@ -308,7 +334,7 @@ pub async fn get_many(
 pub async fn expunge(pool: &PgPool, tenant: Uuid, id: Uuid) -> Result<(), StoreError> {
     let at = v7_time(id).ok_or_else(|| StoreError::NotFound(format!("message {id}")))?;
     let done = sqlx::query(
-        "UPDATE hookstream.messages SET payload = '{}'
+        "UPDATE hookstream.messages SET body = '{}', payload = NULL
           WHERE tenant_id = $1 AND event_id = $2 AND created_at >= $3 AND created_at < $4",
     )
     .bind(tenant)
@@ -333,6 +359,10 @@ pub struct ListFilter {
     /// Created after this time.
     pub after: Option<DateTime<Utc>>,
     pub with_content: bool,
+    /// Only messages sent to this channel.
+    pub channel: Option<String>,
+    /// Only messages with this tag.
+    pub tag: Option<String>,
 }
 
 /// A page of a tenant's messages in id (time) order, after the cursor in that order
@@ -379,6 +409,16 @@ pub async fn list(
         q.push(" AND event_type = ANY(")
             .push_bind(filter.event_types.clone())
             .push(")");
+    }
+    if let Some(channel) = &filter.channel {
+        q.push(" AND channels @> ARRAY[")
+            .push_bind(channel.clone())
+            .push("]::text[]");
+    }
+    if let Some(tag) = &filter.tag {
+        q.push(" AND tags @> ARRAY[")
+            .push_bind(tag.clone())
+            .push("]::text[]");
     }
     q.push(if descending {
         " ORDER BY event_id DESC"

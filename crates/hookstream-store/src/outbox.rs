@@ -26,6 +26,10 @@ pub struct OutboxRow {
     /// The payload as JSON text: these exact bytes are signed and delivered.
     pub payload: String,
     pub headers: Value,
+    /// The channels the message was sent to (empty: none).
+    pub channels: Vec<String>,
+    /// Not to be delivered before this time.
+    pub deliver_at: Option<DateTime<Utc>>,
     pub created_at: DateTime<Utc>,
     pub shard: i32,
     pub tenant_known: bool,
@@ -44,9 +48,12 @@ pub async fn claim(
 ) -> Result<Vec<OutboxRow>, StoreError> {
     Ok(sqlx::query_as::<_, OutboxRow>(
         "SELECT o.id, o.event_id, o.tenant_id, o.event_type, o.aggregate_type, o.aggregate_id,
-                o.payload::text AS payload, o.headers, o.created_at, o.shard,
+                o.payload, o.headers, coalesce(o.channels, '{}') AS channels, o.deliver_at,
+                o.created_at, o.shard,
                 EXISTS (SELECT 1 FROM hookstream.tenants t WHERE t.id = o.tenant_id) AS tenant_known,
-                jsonb_typeof(o.payload) = 'object' AS payload_is_object,
+                -- `hookstream.enqueue` parsed it; a row inserted some other way gets this
+                -- much of a check (no second parse on the relay's path).
+                ltrim(o.payload, E' \t\r\n') LIKE '{%' AS payload_is_object,
                 -- Same statement, same snapshot: it sees every change committed before any
                 -- row claimed here.
                 (SELECT version FROM hookstream.subscription_state) AS subscription_version
@@ -78,9 +85,9 @@ pub async fn finish(
                             RETURNING o.*, q.reason)
              INSERT INTO hookstream.outbox_quarantine
                     (id, event_id, tenant_id, event_type, aggregate_type, aggregate_id, payload, headers,
-                     created_at, reason)
+                     channels, deliver_at, created_at, reason)
              SELECT id, event_id, tenant_id, event_type, aggregate_type, aggregate_id, payload, headers,
-                    created_at, reason FROM moved
+                    channels, deliver_at, created_at, reason FROM moved
              ON CONFLICT (id) DO NOTHING",
         )
         .bind(&ids)

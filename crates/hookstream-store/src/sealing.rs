@@ -109,6 +109,17 @@ impl Sealer {
         self.open_with(&url_aad(endpoint), key_id, sealed)
     }
 
+    /// Seals an endpoint's custom headers (receivers' credentials), with associated data of
+    /// their own.
+    pub fn seal_headers(&self, endpoint: Uuid, headers_json: &str) -> (String, Vec<u8>) {
+        self.seal_with(&labelled_aad(endpoint, b"/headers"), headers_json)
+    }
+
+    /// Opens headers sealed for `endpoint`.
+    pub fn open_headers(&self, endpoint: Uuid, key_id: &str, sealed: &[u8]) -> Result<String, SealError> {
+        self.open_with(&labelled_aad(endpoint, b"/headers"), key_id, sealed)
+    }
+
     fn seal_with(&self, aad: &[u8], plaintext: &str) -> (String, Vec<u8>) {
         let cipher = &self.keys[&self.active];
         let mut nonce = [0u8; NONCE_LEN];
@@ -145,8 +156,12 @@ impl Sealer {
 }
 
 fn url_aad(endpoint: Uuid) -> Vec<u8> {
+    labelled_aad(endpoint, b"/url")
+}
+
+fn labelled_aad(endpoint: Uuid, label: &[u8]) -> Vec<u8> {
     let mut aad = endpoint.as_bytes().to_vec();
-    aad.extend_from_slice(b"/url");
+    aad.extend_from_slice(label);
     aad
 }
 

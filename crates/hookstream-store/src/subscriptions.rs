@@ -15,9 +15,9 @@ use hookstream_signing::Secret;
 use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
-use crate::endpoints::{ActiveEndpoint, EndpointRow, SecretRow, COLUMNS};
+use crate::endpoints::{ActiveEndpoint, EndpointRow, SecretRow, COLUMNS, SEALED_COLUMNS};
 use crate::sealing::Sealer;
-use crate::{EventFilter, StoreError};
+use crate::StoreError;
 
 /// Everything, at one version.
 pub struct View {
@@ -157,7 +157,7 @@ async fn load_endpoints(
     ids: Option<&[Uuid]>,
 ) -> Result<Vec<ActiveEndpoint>, StoreError> {
     let rows: Vec<EndpointRow> = sqlx::query_as(&format!(
-        "SELECT {COLUMNS}, url_sealed, url_key_id FROM hookstream.endpoints
+        "SELECT {COLUMNS}, {SEALED_COLUMNS} FROM hookstream.endpoints
           WHERE enabled AND ($1::uuid[] IS NULL OR id = ANY($1)) ORDER BY id"
     ))
     .bind(ids)
@@ -199,13 +199,20 @@ async fn load_endpoints(
     Ok(rows
         .into_iter()
         .filter_map(|row| {
-            let filter = match EventFilter::new(&row.endpoint.event_types) {
-                Ok(f) => f,
+            let subscription = match row.subscription() {
+                Ok(s) => s,
                 Err(e) => {
                     tracing::warn!(endpoint_id = %row.endpoint.id, error = %e, "skipping endpoint with a bad filter");
                     return None;
                 }
             };
+            // Headers that do not open leave the endpoint without them: its receiver refuses
+            // the deliveries, which then retry and dead-letter with the receiver's reason.
+            let headers = row.headers(sealer).map(|h| h.pairs()).unwrap_or_else(|e| {
+                tracing::error!(endpoint_id = %row.endpoint.id, error = %e,
+                    "endpoint headers do not open; delivering without them");
+                Vec::new()
+            });
             let target_url = row.target_url(sealer).unwrap_or_else(|e| {
                 tracing::error!(endpoint_id = %row.endpoint.id, error = %e,
                     "endpoint url does not open; its deliveries will be dead-lettered");
@@ -215,7 +222,8 @@ async fn load_endpoints(
             Some(ActiveEndpoint {
                 endpoint: row.endpoint,
                 target_url,
-                filter,
+                subscription,
+                headers,
                 secrets,
                 secrets_expire_at_ms: expires.map(|t| t.timestamp_millis()),
             })

@@ -121,7 +121,7 @@ async fn delivers_1000_events_to_exactly_the_subscribed_endpoints() {
         "invoice.paid",
     ];
     let mut expected: HashMap<&str, HashSet<String>> = HashMap::new();
-    let mut bodies: HashMap<String, serde_json::Value> = HashMap::new();
+    let mut bodies: HashMap<String, String> = HashMap::new();
     for batch in 0..10 {
         let mut events = Vec::new();
         for i in 0..100 {
@@ -196,8 +196,11 @@ async fn delivers_1000_events_to_exactly_the_subscribed_endpoints() {
                 "{name}: signature of {} verifies with the standardwebhooks crate",
                 r.webhook_id
             );
-            let body: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
-            assert_eq!(body, bodies[&r.webhook_id], "payload delivered as published");
+            assert_eq!(
+                r.body.as_ref(),
+                bodies[&r.webhook_id].as_bytes(),
+                "payload delivered byte for byte as published"
+            );
         }
     }
     assert_eq!(env.outbox_len().await.unwrap(), 0, "the relay emptied the outbox");

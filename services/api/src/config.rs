@@ -77,6 +77,18 @@ pub struct ApiSettings {
     /// and connections for the 15 minutes the kernel takes. 0: the database's answer
     /// deadline (`database.statement_timeout_ms` plus 5 s).
     pub request_timeout_ms: u64,
+    /// How far ahead a message's `deliverAt` may be (Svix allows 24 hours; the tiers wait
+    /// any time, through hops). At most 30 days, `hookstream.enqueue`'s own bound.
+    pub max_deliver_at_ahead_s: u64,
+}
+
+/// The farthest `api.max_deliver_at_ahead_s` (what `hookstream.enqueue` accepts).
+const MAX_DELIVER_AT_AHEAD_S: u64 = 30 * 86_400;
+
+impl ApiSettings {
+    pub fn max_deliver_at_ahead(&self) -> chrono::Duration {
+        chrono::Duration::seconds(self.max_deliver_at_ahead_s.min(MAX_DELIVER_AT_AHEAD_S) as i64)
+    }
 }
 
 /// The shortest `api.request_timeout_ms` taken (other than 0).
@@ -106,6 +118,7 @@ impl Default for ApiSettings {
             cors_allowed_origins: Vec::new(),
             shutdown_grace_ms: 10_000,
             request_timeout_ms: 0,
+            max_deliver_at_ahead_s: 7 * 86_400,
         }
     }
 }
@@ -171,6 +184,12 @@ impl Validate for ApiSettings {
             if value == 0 {
                 return err(format!("{key} must be at least 1"));
             }
+        }
+        if !(1..=MAX_DELIVER_AT_AHEAD_S).contains(&self.max_deliver_at_ahead_s) {
+            return err(format!(
+                "api.max_deliver_at_ahead_s must be 1 to {MAX_DELIVER_AT_AHEAD_S} (30 days), not {}",
+                self.max_deliver_at_ahead_s
+            ));
         }
         if self.portal_rate_per_s > 0 && self.portal_rate_burst == 0 {
             return err("api.portal_rate_burst must be at least 1 when a rate is set".into());

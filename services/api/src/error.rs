@@ -106,6 +106,7 @@ impl ApiError {
     pub fn store(e: StoreError, field: &str) -> Self {
         match e {
             StoreError::Invalid(m) => ApiError::body(field, m),
+            StoreError::InvalidField { field, message } => ApiError::body(field, message),
             other => other.into(),
         }
     }
@@ -117,6 +118,7 @@ impl From<StoreError> for ApiError {
             StoreError::NotFound(what) => ApiError::NotFound(format!("{what} not found")),
             StoreError::Conflict(m) => ApiError::Conflict(m),
             StoreError::Invalid(m) => ApiError::field(&["body"], m),
+            StoreError::InvalidField { field, message } => ApiError::body(field, message),
             StoreError::Database(sqlx_error) if is_unavailable(&sqlx_error) => {
                 ApiError::Unavailable(format!("the database is unavailable: {sqlx_error}"))
             }

@@ -126,19 +126,25 @@ pub struct EndpointIn {
     /// accepted as `filterTypes`.
     #[serde(default, alias = "filterTypes")]
     pub event_types: Option<Vec<String>>,
-    /// Not supported: refused when set.
+    /// Only messages sent to at least one of these channels (at most 10; each 1 to 128
+    /// letters, digits or `-_.:`). Absent or empty: every message, with or without channels.
     #[serde(default)]
-    #[schema(value_type = Option<Vec<String>>)]
-    pub channels: Option<serde_json::Value>,
+    pub channels: Option<Vec<String>>,
     /// `whsec_` and base64 of 24 to 64 bytes; generated when absent.
     #[serde(default)]
     pub secret: Option<String>,
     #[serde(default)]
     pub metadata: Option<Metadata>,
-    /// Custom headers are not supported: refused when not empty.
+    /// Custom headers sent with every delivery (at creation; later through the headers
+    /// routes). Credentials in them are sealed at rest and never returned.
     #[serde(default)]
-    #[schema(value_type = Option<BTreeMap<String, String>>)]
-    pub headers: Option<serde_json::Value>,
+    pub headers: Option<BTreeMap<String, String>>,
+    /// Hookstream extension: a payload filter, a JSON object matched against each message's
+    /// payload (docs/api.md, "Payload filters"); messages it refuses are not sent (nor
+    /// counted as failures).
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub filter: Option<serde_json::Value>,
     /// Hookstream extension: the delivery timeout, 100 to 30000 ms (default 15000).
     #[serde(default)]
     pub timeout_ms: Option<i32>,
@@ -169,15 +175,19 @@ pub struct EndpointPatch {
     #[serde(default, alias = "filterTypes", deserialize_with = "nullable")]
     #[schema(value_type = Option<Vec<String>>)]
     pub event_types: Option<Option<Vec<String>>>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "nullable")]
     #[schema(value_type = Option<Vec<String>>)]
-    pub channels: Option<serde_json::Value>,
+    pub channels: Option<Option<Vec<String>>>,
     #[serde(default)]
     pub metadata: Option<Metadata>,
     #[serde(default)]
     pub timeout_ms: Option<i32>,
     #[serde(default)]
     pub max_in_flight: Option<i32>,
+    /// Hookstream extension: the payload filter; null removes it.
+    #[serde(default, deserialize_with = "nullable")]
+    #[schema(value_type = Option<Object>)]
+    pub filter: Option<Option<serde_json::Value>>,
 }
 
 #[derive(Debug, Clone, Serialize, ToSchema)]
@@ -193,10 +203,12 @@ pub struct EndpointOut {
     pub disabled: bool,
     pub throttle_rate: Option<u16>,
     pub event_types: Option<Vec<String>>,
-    /// Always null (channels are not supported).
     pub channels: Option<Vec<String>>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+    /// Hookstream extension: the payload filter.
+    #[schema(value_type = Option<Object>)]
+    pub filter: Option<serde_json::Value>,
     /// Hookstream extension.
     pub timeout_ms: i32,
     /// Hookstream extension.
@@ -226,16 +238,35 @@ pub struct EndpointSecretRotateIn {
     pub grace_period_seconds: Option<u32>,
 }
 
+/// An endpoint's custom headers: the values of those that are not sensitive, and the names of
+/// those that are (their values are never returned).
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct EndpointHeadersOut {
     pub headers: BTreeMap<String, String>,
     pub sensitive: Vec<String>,
 }
 
+/// Replaces every custom header.
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 pub struct EndpointHeadersIn {
-    #[schema(value_type = BTreeMap<String, String>)]
-    pub headers: serde_json::Value,
+    pub headers: BTreeMap<String, String>,
+    /// Hookstream extension: names to treat as sensitive besides those that look like
+    /// credentials (`Authorization`, `Cookie`, `*-token`, `*-key`, `*-secret`, …).
+    #[serde(default)]
+    pub sensitive: Vec<String>,
+}
+
+/// Sets (a string) or removes (null) the headers named; the others stay.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EndpointHeadersPatchIn {
+    pub headers: BTreeMap<String, Option<String>>,
+    /// Headers to remove.
+    #[serde(default)]
+    pub delete_headers: Vec<String>,
+    /// Hookstream extension: names to treat as sensitive.
+    #[serde(default)]
+    pub sensitive: Vec<String>,
 }
 
 #[derive(Debug, Clone, Deserialize, ToSchema)]
@@ -329,15 +360,18 @@ pub struct MessageIn {
     pub aggregate_type: Option<String>,
     #[serde(default)]
     pub aggregate_id: Option<String>,
+    /// Only endpoints listening on one of these (or on none) get it: at most 10, each 1 to 128
+    /// letters, digits or `-_.:`.
     #[serde(default)]
-    #[schema(value_type = Option<Vec<String>>)]
-    pub channels: Option<serde_json::Value>,
+    pub channels: Option<Vec<String>>,
+    /// Tags to find it by in message and attempt lists: at most 5, each 1 to 128 letters,
+    /// digits or `-_./\#`.
     #[serde(default)]
-    #[schema(value_type = Option<Vec<String>>)]
-    pub tags: Option<serde_json::Value>,
+    pub tags: Option<Vec<String>>,
+    /// No attempt is made before this time (at most `api.max_deliver_at_ahead_s` ahead, 7 days
+    /// by default; a time already past delivers at once).
     #[serde(default)]
-    #[schema(value_type = Option<DateTime<Utc>>)]
-    pub deliver_at: Option<serde_json::Value>,
+    pub deliver_at: Option<DateTime<Utc>>,
     #[serde(default)]
     #[schema(value_type = Option<i64>)]
     pub payload_retention_hours: Option<serde_json::Value>,
@@ -355,8 +389,9 @@ pub struct MessageOut {
     #[schema(value_type = Object)]
     pub payload: Box<RawValue>,
     pub event_id: Option<String>,
-    /// Always null.
     pub channels: Option<Vec<String>>,
+    pub tags: Option<Vec<String>>,
+    pub deliver_at: Option<DateTime<Utc>>,
     pub timestamp: DateTime<Utc>,
     /// Hookstream extension.
     pub aggregate_type: String,
@@ -384,9 +419,9 @@ pub struct MessageListParams {
     pub after: Option<DateTime<Utc>>,
     /// Include payloads (default true).
     pub with_content: Option<bool>,
-    /// Not supported: refused when set.
+    /// Only messages sent to this channel.
     pub channel: Option<String>,
-    /// Not supported: refused when set.
+    /// Only messages with this tag.
     pub tag: Option<String>,
 }
 

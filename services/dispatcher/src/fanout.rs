@@ -1,13 +1,18 @@
-//! Routing and fan-out: an event goes to every enabled endpoint of its tenant whose filter
-//! matches, each delivery under the deliveries window. An event whose tenant is unknown is
-//! routed again through the retry tiers, backing off, for `unknown_tenant_retry_ms`, then
-//! dead-lettered (`unknown_tenant`, with the event, so it can be replayed). Used by the events
-//! role, and by the retry role for events that are to be routed again.
+//! Routing and fan-out: an event goes to every enabled endpoint of its tenant whose
+//! subscription matches (event types, channels, payload filter: `hookstream_routing`), each
+//! delivery under the deliveries window. An event filtered out by every endpoint is not an
+//! attempt, nor a failure. An event scheduled for later (`deliver_at_ms`) waits in the retry
+//! tiers, whole, and is routed when it is due (never early: the tiers' promise). An event whose
+//! tenant is unknown is routed again through the retry tiers, backing off, for
+//! `unknown_tenant_retry_ms`, then dead-lettered (`unknown_tenant`, with the event, so it can
+//! be replayed). Used by the events role, and by the retry role for events that are due or to
+//! be routed again.
 
 use std::time::Duration;
 
 use futures::stream::{FuturesUnordered, StreamExt as _};
 use hookstream_proto::{DeadLetter, DeliveryTask, EventEnvelope};
+use hookstream_routing::Candidate;
 use uuid::Uuid;
 
 use crate::attempt_log::Trigger;
@@ -29,12 +34,16 @@ pub(crate) async fn route_and_deliver(
     read: Read,
     reroute: Reroute,
 ) -> Finished {
+    if event.deliver_at_ms > now_ms() {
+        return Box::pin(schedule(ctx, event, read)).await;
+    }
+    let candidate = Candidate::new(&event.event_type, &event.channels, &event.payload);
     let route = match Uuid::parse_str(&event.tenant_id) {
         Err(_) => Route::UnknownTenant,
         Ok(tenant) => loop {
             match ctx
                 .subs
-                .route(tenant, &event.event_type, event.subscription_version)
+                .route(tenant, &candidate, event.subscription_version)
                 .await
             {
                 Ok(r) => break r,
@@ -85,6 +94,42 @@ pub(crate) async fn route_and_deliver(
         };
     }
     finished
+}
+
+/// An event not to be delivered before its `deliver_at_ms`: handed, whole, to the retry tiers,
+/// due then, with no endpoint (so it is routed when due, to the endpoints subscribed then) and
+/// no attempt used. Without tiers (`retry.enabled` off) it cannot wait: dead-lettered with the
+/// reason rather than delivered early.
+async fn schedule(ctx: &Context, event: EventEnvelope, read: Read) -> Finished {
+    if !ctx.retry.enabled {
+        ctx.metrics.events.with_label_values(&["scheduled"]).inc();
+        let letter = DeadLetter {
+            tenant_id: event.tenant_id.clone(),
+            reason: "scheduled for later (deliverAt), and this dispatcher has no retry tiers to wait in"
+                .into(),
+            error_class: "scheduled".into(),
+            origin: Some(read.origin),
+            handled: Some(read.record),
+            dead_at_ms: now_ms(),
+            event: Some(event),
+            ..Default::default()
+        };
+        let key = letter.tenant_id.clone();
+        return handoff::dead_letter(ctx, letter, &key).await;
+    }
+    ctx.metrics.events.with_label_values(&["scheduled"]).inc();
+    let task = DeliveryTask {
+        endpoint_id: String::new(),
+        attempt: 0,
+        due_at_ms: event.deliver_at_ms,
+        first_attempt_at_ms: 0,
+        origin: Some(read.origin),
+        last_status: 0,
+        last_error_class: "scheduled".into(),
+        last_error: String::new(),
+        event: Some(event),
+    };
+    handoff::to_retry_tier(ctx, &task, &read.record).await
 }
 
 /// The tenant is unknown to a snapshot at least as new as the event: routed again later

@@ -805,6 +805,9 @@ mod tests {
             max_in_flight,
             created_at: chrono::Utc::now(),
             failing_since: None,
+            channels: vec![],
+            payload_filter: None,
+            header_names: vec![],
         }
     }
 

@@ -15,8 +15,10 @@ const LATENESS_BUCKETS: &[f64] = &[
 
 #[derive(Clone)]
 pub struct DispatcherMetrics {
-    /// Events consumed, by what happened to them: routed, unsubscribed, unknown_tenant
-    /// (dead-lettered), unknown_tenant_rerouted (routed again later), undecodable.
+    /// Events consumed, by what happened to them: routed, unsubscribed (no endpoint's
+    /// subscription matched: types, channels or payload filter), scheduled (waiting in the
+    /// tiers for its deliverAt), unknown_tenant (dead-lettered), unknown_tenant_rerouted
+    /// (routed again later), undecodable.
     pub events: IntCounterVec,
     /// Delivery attempts by verdict: delivered, retryable, permanent, gone.
     pub deliveries: IntCounterVec,
@@ -363,6 +365,7 @@ impl DispatcherMetrics {
             &[
                 "routed",
                 "unsubscribed",
+                "scheduled",
                 "unknown_tenant",
                 "unknown_tenant_rerouted",
                 "undecodable",

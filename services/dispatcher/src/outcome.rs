@@ -65,6 +65,7 @@ pub(crate) async fn attempt(
             url: &ep.target_url,
             timeout: Duration::from_millis(ep.endpoint.timeout_ms.max(1) as u64),
             secrets: &ep.secrets,
+            headers: &ep.headers,
         };
         let msg = Message {
             id: &event.event_id,

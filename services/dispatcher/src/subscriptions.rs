@@ -11,6 +11,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
+use hookstream_routing::Candidate;
 use hookstream_store::endpoints::ActiveEndpoint;
 use hookstream_store::sealing::Sealer;
 use hookstream_store::sqlx::PgPool;
@@ -243,10 +244,15 @@ impl Subscriptions {
         self.refresh_locked(&mut last).await
     }
 
-    /// The endpoints an event of `tenant` and `event_type`, stamped with subscription version
-    /// `min_version` (0: unknown), goes to. Waits for a refresh when the snapshot is older
-    /// than the event.
-    pub async fn route(&self, tenant: Uuid, event_type: &str, min_version: i64) -> Result<Route, StoreError> {
+    /// The endpoints an event of `tenant`, stamped with subscription version `min_version` (0:
+    /// unknown), goes to: those whose subscription (event types, channels, payload filter)
+    /// matches it. Waits for a refresh when the snapshot is older than the event.
+    pub async fn route(
+        &self,
+        tenant: Uuid,
+        event: &Candidate<'_>,
+        min_version: i64,
+    ) -> Result<Route, StoreError> {
         let mut snap = self.current();
         if snap.version < min_version {
             self.metrics.route_waits.inc();
@@ -266,7 +272,7 @@ impl Subscriptions {
             .get(&tenant)
             .map(|eps| {
                 eps.iter()
-                    .filter(|e| e.filter.matches(event_type))
+                    .filter(|e| e.subscription.matches(event))
                     .cloned()
                     .collect()
             })

@@ -430,6 +430,7 @@ async fn run_db(command: Command, pool: &PgPool, cfg: &CliConfig) -> anyhow::Res
                     rate_limit_per_s: a.rate_limit,
                     timeout_ms: a.timeout_ms,
                     max_in_flight: a.max_in_flight,
+                    ..Default::default()
                 },
             )
             .await?;

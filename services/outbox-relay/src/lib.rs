@@ -463,6 +463,8 @@ fn envelope(row: &OutboxRow, relayed_at_ms: i64) -> EventEnvelope {
         outbox_id: row.id,
         subscription_version: row.subscription_version,
         relayed_at_ms,
+        channels: row.channels.clone(),
+        deliver_at_ms: row.deliver_at.map_or(0, |t| t.timestamp_millis()),
     }
 }
 

@@ -1,8 +1,8 @@
-//! Endpoints of an application: CRUD, the signing secret and its rotation, recovery (replaying
-//! the dead letters since a time), statistics, example messages, and custom headers (not
-//! supported: always empty).
+//! Endpoints of an application: CRUD (with channels, custom headers at creation and the
+//! payload-filter extension), the signing secret and its rotation, recovery (replaying the
+//! dead letters since a time), statistics and example messages. The headers routes are in
+//! `endpoint_headers`.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use axum::extract::State;
@@ -11,19 +11,18 @@ use axum::response::IntoResponse;
 use chrono::Utc;
 use hookstream_signing::Secret;
 use hookstream_store::endpoint_admin::{self, EndpointFields, EndpointPatch as StorePatch, ManagedEndpoint};
+use hookstream_store::endpoint_headers::EndpointHeaders;
 use hookstream_store::{attempt_stats, dead_letters, delivery_pages, event_types, messages, StoreError};
 use uuid::Uuid;
 
-use super::{
-    check_catalogue, check_uid, endpoint_of, metadata_json, metadata_of, refuse_set, tenant_of, Errors,
-};
+use super::{check_catalogue, check_uid, endpoint_of, metadata_json, metadata_of, tenant_of, Errors};
 use crate::auth::Principal;
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{Json, Path, Query};
 use crate::models::{
-    BackgroundTaskStatus, BackgroundTaskType, EndpointHeadersIn, EndpointHeadersOut, EndpointIn, EndpointOut,
-    EndpointPatch, EndpointSecretOut, EndpointSecretRotateIn, EndpointStats, EventExampleIn, ListParams,
-    ListResponse, MessageOut, Ordering, RecoverIn, RecoverOut, StatsParams,
+    BackgroundTaskStatus, BackgroundTaskType, EndpointIn, EndpointOut, EndpointPatch, EndpointSecretOut,
+    EndpointSecretRotateIn, EndpointStats, EventExampleIn, ListParams, ListResponse, MessageOut, Ordering,
+    RecoverIn, RecoverOut, StatsParams,
 };
 use crate::page::PageReq;
 use crate::AppState;
@@ -38,7 +37,8 @@ pub(crate) fn out(e: ManagedEndpoint) -> EndpointOut {
         disabled: !e.enabled,
         throttle_rate: e.rate_limit_per_s.map(|r| r.clamp(0, i32::from(u16::MAX)) as u16),
         event_types: (!e.event_types.is_empty()).then_some(e.event_types),
-        channels: None,
+        channels: (!e.channels.is_empty()).then_some(e.channels),
+        filter: e.payload_filter,
         created_at: e.created_at,
         updated_at: e.updated_at,
         timeout_ms: e.timeout_ms,
@@ -85,8 +85,11 @@ pub(crate) async fn fields(
     state: &AppState,
     input: EndpointIn,
 ) -> ApiResult<(EndpointFields, Option<Secret>)> {
-    refuse_set(&input.channels, "channels", "channels")?;
-    refuse_set(&input.headers, "headers", "custom endpoint headers")?;
+    let headers = input
+        .headers
+        .map(|h| EndpointHeaders::new(h, &[]))
+        .transpose()
+        .map_err(super::endpoint_headers::refused)?;
     if let Some(uid) = &input.uid {
         check_uid(uid, "uid")?;
     }
@@ -111,6 +114,9 @@ pub(crate) async fn fields(
             metadata: metadata_json(input.metadata),
             timeout_ms: input.timeout_ms,
             max_in_flight: input.max_in_flight,
+            channels: input.channels.unwrap_or_default(),
+            payload_filter: input.filter,
+            headers,
         },
         secret,
     ))
@@ -232,7 +238,6 @@ pub async fn patch(
 ) -> ApiResult<axum::Json<EndpointOut>> {
     let tenant = tenant_of(&state, &who, &app_id).await?;
     let ep = endpoint_of(&state, tenant, &endpoint_id).await?;
-    refuse_set(&p.channels, "channels", "channels")?;
     if let Some(Some(uid)) = &p.uid {
         check_uid(uid, "uid")?;
     }
@@ -252,6 +257,8 @@ pub async fn patch(
         metadata: p.metadata.map(Some).map(metadata_json),
         timeout_ms: p.timeout_ms,
         max_in_flight: p.max_in_flight,
+        channels: p.channels.map(Option::unwrap_or_default),
+        payload_filter: p.filter,
     };
     let ep = endpoint_admin::patch(&state.pool, &state.sealer, &state.policy, tenant, ep.id, &patch)
         .await
@@ -522,68 +529,4 @@ pub(crate) async fn send_to(
         .send_event(super::messages::envelope(&stored), ep.id, None)
         .await?;
     Ok(stored)
-}
-
-/// Get the endpoint's custom headers
-///
-/// Custom headers are not supported: always empty.
-#[utoipa::path(get, path = "/api/v1/app/{app_id}/endpoint/{endpoint_id}/headers", operation_id = "v1.endpoint.get-headers", tag = "Endpoint",
-    params(("app_id" = String, Path), ("endpoint_id" = String, Path)),
-    responses((status = 200, body = EndpointHeadersOut), Errors))]
-pub async fn get_headers(
-    State(state): State<AppState>,
-    who: Principal,
-    Path((app_id, endpoint_id)): Path<(String, String)>,
-) -> ApiResult<axum::Json<EndpointHeadersOut>> {
-    let tenant = tenant_of(&state, &who, &app_id).await?;
-    endpoint_of(&state, tenant, &endpoint_id).await?;
-    Ok(axum::Json(EndpointHeadersOut {
-        headers: BTreeMap::new(),
-        sensitive: Vec::new(),
-    }))
-}
-
-async fn refuse_headers(
-    state: &AppState,
-    who: &Principal,
-    app_id: &str,
-    endpoint_id: &str,
-    input: &EndpointHeadersIn,
-) -> ApiResult<StatusCode> {
-    let tenant = tenant_of(state, who, app_id).await?;
-    endpoint_of(state, tenant, endpoint_id).await?;
-    refuse_set(&Some(input.headers.clone()), "headers", "custom endpoint headers")?;
-    Ok(StatusCode::NO_CONTENT)
-}
-
-/// Set the endpoint's custom headers
-///
-/// Not supported: refused unless empty.
-#[utoipa::path(put, path = "/api/v1/app/{app_id}/endpoint/{endpoint_id}/headers", operation_id = "v1.endpoint.update-headers", tag = "Endpoint",
-    params(("app_id" = String, Path), ("endpoint_id" = String, Path)),
-    request_body = EndpointHeadersIn,
-    responses((status = 204), Errors))]
-pub async fn update_headers(
-    State(state): State<AppState>,
-    who: Principal,
-    Path((app_id, endpoint_id)): Path<(String, String)>,
-    Json(input): Json<EndpointHeadersIn>,
-) -> ApiResult<StatusCode> {
-    refuse_headers(&state, &who, &app_id, &endpoint_id, &input).await
-}
-
-/// Patch the endpoint's custom headers
-///
-/// Not supported: refused unless empty.
-#[utoipa::path(patch, path = "/api/v1/app/{app_id}/endpoint/{endpoint_id}/headers", operation_id = "v1.endpoint.patch-headers", tag = "Endpoint",
-    params(("app_id" = String, Path), ("endpoint_id" = String, Path)),
-    request_body = EndpointHeadersIn,
-    responses((status = 204), Errors))]
-pub async fn patch_headers(
-    State(state): State<AppState>,
-    who: Principal,
-    Path((app_id, endpoint_id)): Path<(String, String)>,
-    Json(input): Json<EndpointHeadersIn>,
-) -> ApiResult<StatusCode> {
-    refuse_headers(&state, &who, &app_id, &endpoint_id, &input).await
 }

@@ -6,6 +6,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::IntoResponse;
 use chrono::{DateTime, Utc};
 use hookstream_proto::EventEnvelope;
+use hookstream_routing::channels;
 use hookstream_store::applications::{self, AppRef};
 use hookstream_store::event_types;
 use hookstream_store::messages::{self, ListFilter, Message, NewMessage};
@@ -35,7 +36,9 @@ pub(crate) fn out(m: &Message, with_content: bool) -> MessageOut {
             .idempotency_key
             .clone()
             .filter(|k| !k.starts_with(REQUEST_KEY_PREFIX)),
-        channels: None,
+        channels: (!m.channels.is_empty()).then(|| m.channels.clone()),
+        tags: (!m.tags.is_empty()).then(|| m.tags.clone()),
+        deliver_at: m.deliver_at,
         timestamp: at,
         aggregate_type: m.aggregate_type.clone(),
         aggregate_id: m.aggregate_id.clone(),
@@ -103,9 +106,24 @@ pub async fn create(
         Some(t) => t,
         None => create_app_for(&state, &who, &app_id, input.application.clone()).await?,
     };
-    refuse_set(&input.channels, "channels", "channels")?;
-    refuse_set(&input.tags, "tags", "tags")?;
-    refuse_set(&input.deliver_at, "deliverAt", "scheduled deliveries")?;
+    let channels = channels::check_channels(input.channels.as_deref().unwrap_or_default())
+        .map_err(|m| ApiError::body("channels", m))?;
+    let tags = channels::check_tags(input.tags.as_deref().unwrap_or_default())
+        .map_err(|m| ApiError::body("tags", m))?;
+    let deliver_at = match input.deliver_at {
+        Some(at) if at > Utc::now() + state.cfg.max_deliver_at_ahead() => {
+            return Err(ApiError::body(
+                "deliverAt",
+                format!(
+                    "must be at most {} s ahead (limit api.max_deliver_at_ahead_s)",
+                    state.cfg.max_deliver_at_ahead_s
+                ),
+            ))
+        }
+        // A time already past delivers at once, as a message without one.
+        Some(at) if at > Utc::now() => Some(at),
+        _ => None,
+    };
     refuse_set(
         &input.payload_retention_hours,
         "payloadRetentionHours",
@@ -171,6 +189,9 @@ pub async fn create(
         aggregate_id: input.aggregate_id.clone().unwrap_or_default(),
         idempotency_key: idempotency_key.clone(),
         request_key: request_key.clone(),
+        channels: channels.clone(),
+        tags: tags.clone(),
+        deliver_at,
     };
     let done = state.writer.write(new).await?;
     if !done.created && (request_key.is_none() || done.request_key != request_key) {
@@ -192,7 +213,9 @@ pub async fn create(
             event_type: input.event_type,
             payload: if with_content { input.payload } else { raw("{}") },
             event_id: input.event_id,
-            channels: None,
+            channels: (!channels.is_empty()).then_some(channels),
+            tags: (!tags.is_empty()).then_some(tags),
+            deliver_at,
             timestamp: at,
             aggregate_type: input.aggregate_type.unwrap_or_default(),
             aggregate_id: input.aggregate_id.unwrap_or_default(),
@@ -254,18 +277,6 @@ pub async fn list(
     RawQuery(query): RawQuery,
 ) -> ApiResult<axum::Json<ListResponse<MessageOut>>> {
     let tenant = tenant_of(&state, &who, &app_id).await?;
-    if p.channel.is_some() {
-        return Err(ApiError::field(
-            &["query", "channel"],
-            "channels are not supported by Hookstream",
-        ));
-    }
-    if p.tag.is_some() {
-        return Err(ApiError::field(
-            &["query", "tag"],
-            "tags are not supported by Hookstream",
-        ));
-    }
     let req = PageReq::new(p.limit, p.iterator)?;
     let cursor = req.cursor_as(|c| Uuid::parse_str(c).ok())?;
     let with_content = p.with_content.unwrap_or(true);
@@ -274,6 +285,8 @@ pub async fn list(
         before: p.before,
         after: p.after,
         with_content,
+        channel: p.channel,
+        tag: p.tag,
     };
     let rows = messages::list(
         &state.pool,

@@ -4,6 +4,7 @@
 pub(crate) mod apps;
 pub(crate) mod attempts;
 pub(crate) mod auth;
+pub(crate) mod endpoint_headers;
 pub(crate) mod endpoints;
 pub(crate) mod event_types;
 pub(crate) mod extensions;
@@ -128,9 +129,9 @@ pub fn build() -> OpenApiRouter<AppState> {
         .routes(routes!(endpoints::stats))
         .routes(routes!(endpoints::send_example))
         .routes(routes!(
-            endpoints::get_headers,
-            endpoints::update_headers,
-            endpoints::patch_headers
+            endpoint_headers::get_headers,
+            endpoint_headers::update_headers,
+            endpoint_headers::patch_headers
         ))
         .routes(routes!(messages::list, messages::create))
         .routes(routes!(messages::get))

@@ -205,6 +205,7 @@ impl EndpointForm {
             secret: None,
             metadata: None,
             headers: None,
+            filter: None,
             timeout_ms: timeout.map(|t| t.clamp(i64::from(i32::MIN), i64::from(i32::MAX)) as i32),
             max_in_flight: cap.map(|t| t.clamp(i64::from(i32::MIN), i64::from(i32::MAX)) as i32),
         })
