@@ -131,3 +131,14 @@ CREATE OR REPLACE FUNCTION hookstream.enqueue(
     SELECT hookstream.enqueue(p_tenant_id, p_event_type, p_payload::text, p_aggregate_type, p_aggregate_id,
                               p_headers, p_idempotency_key, NULL::text[], NULL::timestamptz)
 $$;
+
+-- Channels, the payload filter and the headers are routing state: a change to them bumps the
+-- subscription version like the columns before (migration 0005), so an event committed after
+-- the change is routed and sent with it.
+DROP TRIGGER endpoints_changed ON hookstream.endpoints;
+CREATE TRIGGER endpoints_changed
+    AFTER INSERT OR DELETE OR UPDATE OF tenant_id, url, url_sealed, url_key_id, event_types, enabled,
+                                        rate_limit_per_s, timeout_ms, max_in_flight, channels,
+                                        payload_filter, headers_sealed, headers_key_id
+    ON hookstream.endpoints
+    FOR EACH ROW EXECUTE FUNCTION hookstream.subscription_changed('endpoint', 'id');

@@ -242,7 +242,7 @@ async fn applications_endpoints_and_event_types_with_svix_errors() {
         .op(
             Method::POST,
             &ep_path,
-            Some(json!({"url": "https://example.com/h", "channels": ["a"]})),
+            Some(json!({"url": "https://example.com/h", "channels": ["a b"]})),
         )
         .await;
     assert_eq!(
@@ -251,7 +251,41 @@ async fn applications_endpoints_and_event_types_with_svix_errors() {
             StatusCode::UNPROCESSABLE_ENTITY,
             vec!["body".into(), "channels".into()]
         ),
+        "a channel name with a space: {b}"
+    );
+    let (s, b) = api
+        .op(
+            Method::POST,
+            &ep_path,
+            Some(json!({"url": "https://example.com/h", "filter": {"a": {"$gt": true}}})),
+        )
+        .await;
+    assert_eq!(
+        (s, loc(&b)),
+        (
+            StatusCode::UNPROCESSABLE_ENTITY,
+            vec!["body".into(), "filter".into()]
+        ),
         "{b}"
+    );
+    assert!(
+        b["detail"][0]["msg"].as_str().unwrap().contains("/a/$gt"),
+        "points at the bad part: {b}"
+    );
+    let (s, b) = api
+        .op(
+            Method::POST,
+            &ep_path,
+            Some(json!({"url": "https://example.com/h", "headers": {"Webhook-Id": "x"}})),
+        )
+        .await;
+    assert_eq!(
+        (s, loc(&b)),
+        (
+            StatusCode::UNPROCESSABLE_ENTITY,
+            vec!["body".into(), "headers".into(), "Webhook-Id".into()]
+        ),
+        "a reserved header is refused by name: {b}"
     );
     let (s, b) = api
         .op(
@@ -347,18 +381,48 @@ async fn applications_endpoints_and_event_types_with_svix_errors() {
         .op(Method::GET, &format!("{ep_path}/{ep_id}/headers"), None)
         .await;
     assert_eq!((s, b), (StatusCode::OK, json!({"headers": {}, "sensitive": []})));
+    let (s, _) = api
+        .op(
+            Method::PUT,
+            &format!("{ep_path}/{ep_id}/headers"),
+            Some(
+                json!({"headers": {"x-a": "b", "Authorization": "Bearer t0ken", "X-Plan": "gold"},
+                        "sensitive": ["x-plan"]}),
+            ),
+        )
+        .await;
+    assert_eq!(s, StatusCode::NO_CONTENT);
+    let (s, _) = api
+        .op(
+            Method::PATCH,
+            &format!("{ep_path}/{ep_id}/headers"),
+            Some(json!({"headers": {"x-c": "d", "x-a": null}})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::NO_CONTENT);
+    let (s, b) = api
+        .op(Method::GET, &format!("{ep_path}/{ep_id}/headers"), None)
+        .await;
+    assert_eq!(
+        (s, b),
+        (
+            StatusCode::OK,
+            json!({"headers": {"x-c": "d"}, "sensitive": ["Authorization", "X-Plan"]})
+        ),
+        "sensitive values are never returned"
+    );
     let (s, b) = api
         .op(
             Method::PUT,
             &format!("{ep_path}/{ep_id}/headers"),
-            Some(json!({"headers": {"x-a": "b"}})),
+            Some(json!({"headers": {"Transfer-Encoding": "chunked"}})),
         )
         .await;
     assert_eq!(
         (s, loc(&b)),
         (
             StatusCode::UNPROCESSABLE_ENTITY,
-            vec!["body".into(), "headers".into()]
+            vec!["body".into(), "headers".into(), "Transfer-Encoding".into()]
         )
     );
     let (s, b) = api
@@ -518,7 +582,7 @@ async fn bodies_over_the_limit_and_unknown_event_types_are_refused() {
         .op(
             Method::POST,
             &msg,
-            Some(json!({"eventType": "a.b", "payload": {}, "channels": ["c"]})),
+            Some(json!({"eventType": "a.b", "payload": {}, "channels": ["c", "d e"]})),
         )
         .await;
     assert_eq!(
@@ -528,6 +592,21 @@ async fn bodies_over_the_limit_and_unknown_event_types_are_refused() {
             vec!["body".into(), "channels".into()]
         ),
         "{b}"
+    );
+    let (s, b) = api
+        .op(
+            Method::POST,
+            &msg,
+            Some(json!({"eventType": "a.b", "payload": {}, "deliverAt": "2999-01-01T00:00:00Z"})),
+        )
+        .await;
+    assert_eq!(
+        (s, loc(&b)),
+        (
+            StatusCode::UNPROCESSABLE_ENTITY,
+            vec!["body".into(), "deliverAt".into()]
+        ),
+        "too far ahead: {b}"
     );
     let (s, b) = api
         .op(

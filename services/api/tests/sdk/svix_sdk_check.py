@@ -4,7 +4,11 @@ Run by services/api/tests/sdk.rs with HOOKSTREAM_API_URL and HOOKSTREAM_API_TOKE
 an application and an endpoint pointing at a receiver of its own, sends messages and checks
 each delivery's signature with the SDK's own verifier and the secret the SDK reads back, lists
 attempts, rotates the secret and checks the next delivery carries both signatures, recovers
-failed deliveries, and pages through 250 messages. Exits non-zero on the first failure.
+failed deliveries, and pages through 250 messages. Then what a team moving from Svix uses
+every day (issue 40): custom endpoint headers (sent on every delivery, sensitive ones never
+read back), channels and tags, scheduled sends (`deliverAt`, never early, within a second),
+payload filters (Hookstream's extension, through plain HTTP: the SDK has no field for them)
+and payloads delivered byte for byte. Exits non-zero on the first failure.
 """
 
 import datetime
@@ -19,6 +23,8 @@ import httpx
 from svix.api import (
     ApplicationIn,
     EndpointIn,
+    EndpointHeadersIn,
+    EndpointHeadersPatchIn,
     EndpointSecretRotateIn,
     MessageAttemptListByMsgOptions,
     MessageGetOptions,
@@ -56,12 +62,16 @@ class Receiver:
         self.lock = threading.Lock()
         self.requests = []
         self.status = 204
+        # When each webhook-id first arrived (wall clock, as deliverAt is).
+        self.times = {}
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self):
+                at = time.time()
                 body = self.rfile.read(int(self.headers.get("content-length", 0)))
                 with receiver.lock:
+                    receiver.times.setdefault(self.headers.get("webhook-id"), at)
                     receiver.requests.append((dict(self.headers.items()), body))
                     status = receiver.status
                 self.send_response(status)
@@ -190,7 +200,121 @@ def main():
     assert ids <= set(seen), f"{len(ids - set(seen))} of the 250 missing"
     assert pages >= 3, pages
     step(f"paged through {len(seen)} messages in {pages} pages of 100")
+    migration_features(svix, http, app)
     print(json.dumps({"ok": True, "messages": len(seen)}), flush=True)
+
+
+def migration_features(svix, http, app):
+    """Headers, channels, tags, deliverAt, payload filters and byte-exact payloads."""
+    # Custom headers: given at creation, changed with set/patch, sent on every delivery.
+    hr = Receiver()
+    hep = svix.endpoint.create(
+        app.id,
+        EndpointIn(url=hr.url, headers={"Authorization": "Bearer tok3n-s3cret", "X-Team": "payments"}),
+    )
+    shown = svix.endpoint.get_headers(app.id, hep.id)
+    assert shown.headers == {"X-Team": "payments"}, shown
+    assert shown.sensitive == ["Authorization"], shown
+    svix.endpoint.patch_headers(app.id, hep.id, EndpointHeadersPatchIn(headers={"X-Extra": "1"}))
+    shown = svix.endpoint.get_headers(app.id, hep.id)
+    assert shown.headers == {"X-Extra": "1", "X-Team": "payments"}, shown
+    assert "tok3n" not in json.dumps(http.get(f"/api/v1/app/{app.id}/endpoint/{hep.id}").json())
+    m = svix.message.create(app.id, MessageIn(event_type="invoice.paid", payload={"h": 1}))
+    headers, _ = wait("the delivery with custom headers", lambda: (hr.of(m.id) or [None])[0])
+    lower = {k.lower(): v for k, v in headers.items()}
+    assert lower.get("authorization") == "Bearer tok3n-s3cret", headers
+    assert lower.get("x-team") == "payments" and lower.get("x-extra") == "1", headers
+    svix.endpoint.set_headers(app.id, hep.id, EndpointHeadersIn(headers={"X-Only": "this"}))
+    m = svix.message.create(app.id, MessageIn(event_type="invoice.paid", payload={"h": 2}))
+    headers, _ = wait("the delivery after set_headers", lambda: (hr.of(m.id) or [None])[0])
+    lower = {k.lower(): v for k, v in headers.items()}
+    assert lower.get("x-only") == "this" and "authorization" not in lower, headers
+    try:
+        svix.endpoint.set_headers(app.id, hep.id, EndpointHeadersIn(headers={"webhook-signature": "x"}))
+        raise AssertionError("a reserved header was taken")
+    except Exception as e:  # noqa: BLE001 - the SDK's HTTPValidationError
+        assert "webhook-signature" in str(getattr(e, "detail", e)) or "422" in str(e), e
+    svix.endpoint.delete(app.id, hep.id)
+    step("custom headers: sent on every delivery, Authorization listed as sensitive and never read back")
+
+    # Channels (Svix's rule) and tags.
+    eu, anyr = Receiver(), Receiver()
+    ep_eu = svix.endpoint.create(app.id, EndpointIn(url=eu.url, channels=["eu"]))
+    ep_any = svix.endpoint.create(app.id, EndpointIn(url=anyr.url))
+    assert svix.endpoint.get(app.id, ep_eu.id).channels == ["eu"]
+    to_eu = svix.message.create(app.id, MessageIn(event_type="order.created", payload={"c": "eu"}, channels=["eu", "x"], tags=["vip"]))
+    to_us = svix.message.create(app.id, MessageIn(event_type="order.created", payload={"c": "us"}, channels=["us"]))
+    to_none = svix.message.create(app.id, MessageIn(event_type="order.created", payload={"c": None}))
+    for m in (to_eu, to_us, to_none):
+        wait(f"{m.id} at the endpoint without channels", lambda: anyr.of(m.id))
+    wait("the eu message at the eu endpoint", lambda: eu.of(to_eu.id))
+    time.sleep(2)
+    assert not eu.of(to_us.id) and not eu.of(to_none.id), "the eu endpoint got a message of another or no channel"
+    got = svix.message.get(app.id, to_eu.id)
+    assert got.channels == ["eu", "x"] and got.tags == ["vip"], got
+    tagged = svix.message.list(app.id, MessageListOptions(tag="vip")).data
+    assert [t.id for t in tagged] == [to_eu.id], tagged
+    by_channel = svix.message.list(app.id, MessageListOptions(channel="us")).data
+    assert [t.id for t in by_channel] == [to_us.id], by_channel
+    svix.endpoint.delete(app.id, ep_eu.id)
+    svix.endpoint.delete(app.id, ep_any.id)
+    step("channels: the eu endpoint got only the eu message, the endpoint without channels all three; tags list")
+
+    # Scheduled sends: never before deliverAt, and at most a second after it.
+    sr = Receiver()
+    sep = svix.endpoint.create(app.id, EndpointIn(url=sr.url))
+    scheduled = []
+    for i in range(6):
+        at = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=3 + i)
+        m = svix.message.create(app.id, MessageIn(event_type="reminder.due", payload={"i": i}, deliver_at=at))
+        scheduled.append((m, at.timestamp()))
+    got = svix.message.get(app.id, scheduled[0][0].id)
+    assert got.deliver_at is not None, got
+    late = []
+    for m, at in scheduled:
+        wait(f"the scheduled {m.id}", lambda: sr.of(m.id), timeout=60)
+        first = sr.times[m.id]
+        assert first >= at, f"{m.id} delivered {at - first:.3f} s early"
+        late.append(first - at)
+    assert max(late) <= 1.0, f"late by {max(late):.3f} s"
+    svix.endpoint.delete(app.id, sep.id)
+    step(f"deliverAt: 6 messages, none early, latest {max(late) * 1000:.0f} ms after its time")
+
+    # Payload filters (an extension: plain HTTP), and an event filtered out is not an attempt.
+    fr = Receiver()
+    r = http.post(
+        f"/api/v1/app/{app.id}/endpoint",
+        json={"url": fr.url, "filter": {"amount": {"$gte": 10}, "currency": {"$in": ["EUR", "USD"]}}},
+    )
+    assert r.status_code == 201, r.text
+    fep = r.json()["id"]
+    small = svix.message.create(app.id, MessageIn(event_type="charge.made", payload={"amount": 5, "currency": "EUR"}))
+    big = svix.message.create(app.id, MessageIn(event_type="charge.made", payload={"amount": 50, "currency": "EUR"}))
+    wait("the charge that passes the filter", lambda: fr.of(big.id))
+    time.sleep(2)
+    assert not fr.of(small.id), "a payload the filter refuses was delivered"
+    page = http.get(f"/api/v1/app/{app.id}/attempt/endpoint/{fep}").json()["data"]
+    assert {a["msgId"] for a in page} == {big.id}, page
+    bad = http.post(f"/api/v1/app/{app.id}/endpoint", json={"url": fr.url, "filter": {"amount": {"$gte": []}}})
+    assert bad.status_code == 422 and "/amount/$gte" in bad.text, bad.text
+    http.delete(f"/api/v1/app/{app.id}/endpoint/{fep}")
+    step("payload filters: only the matching charge delivered, the other no attempt; a bad filter points at its part")
+
+    # Byte for byte: the payload's text as sent is the text delivered and signed.
+    br = Receiver()
+    bep = svix.endpoint.create(app.id, EndpointIn(url=br.url))
+    bsecret = svix.endpoint.get_secret(app.id, bep.id).key
+    exact = '{"zeta":1,  "alpha":2.50,"n":1e2,"u":"\\u00e9"}'
+    body = '{"eventType": "exact.bytes", "payload": ' + exact + "}"
+    r = http.post(f"/api/v1/app/{app.id}/msg", content=body, headers={"content-type": "application/json"})
+    assert r.status_code == 202, r.text
+    mid = r.json()["id"]
+    headers, got_body = wait("the byte-exact delivery", lambda: (br.of(mid) or [None])[0])
+    assert got_body == exact.encode(), (got_body, exact)
+    verify(bsecret, headers, got_body)
+    stored = http.get(f"/api/v1/app/{app.id}/msg/{mid}", params={"with_content": "true"})
+    assert exact in stored.text, stored.text
+    step("a payload with unusual spacing, number formats and escapes arrives byte for byte, signed over those bytes")
 
 
 if __name__ == "__main__":
