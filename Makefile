@@ -5,7 +5,7 @@ SHELL := /bin/bash
 .PHONY: help up down status logs test bench lint fmt infra fuzz test-k8s
 
 help: ## Show the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
 
 up: ## Start PostgreSQL, Kafka and the services, and deliver demo events
 	@bash scripts/stack/up.sh
