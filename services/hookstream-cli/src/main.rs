@@ -11,7 +11,9 @@ mod attempts;
 mod dlq;
 mod health;
 mod listen;
+mod payload_arg;
 mod probe;
+mod publish;
 mod secrets;
 
 use std::path::PathBuf;
@@ -20,7 +22,6 @@ use anyhow::{bail, Context as _};
 use clap::{Args, Parser, Subcommand};
 use hookstream_config::{DatabaseConfig, KafkaConfig, RetryConfig, SecretsConfig, Validate};
 use hookstream_kafka::topics;
-use hookstream_store::outbox::NewEvent;
 use hookstream_store::sqlx::PgPool;
 use hookstream_store::{endpoints, outbox, tenants, StoreError};
 use serde::{Deserialize, Serialize};
@@ -186,35 +187,12 @@ struct EndpointCreate {
 #[derive(Subcommand)]
 enum EventCmd {
     /// Write events to the outbox in one transaction; prints their ids.
-    Publish(EventPublish),
+    Publish(publish::EventPublish),
     /// Send one event again to one endpoint (same webhook-id), through the retry path.
     Resend(dlq::ResendArgs),
     /// An event from the delivery log: type, payload size, committed and relayed, and per
     /// endpoint its status (delivered, retrying, dead-lettered, disabled) and every attempt.
     Show(attempts::ShowArgs),
-}
-
-#[derive(Args)]
-struct EventPublish {
-    /// Tenant id or name.
-    #[arg(long)]
-    tenant: String,
-    #[arg(long = "type")]
-    event_type: String,
-    /// Aggregate id: events of one aggregate reach Kafka in commit order (the dispatcher may
-    /// still deliver them concurrently: receivers must not rely on arrival order).
-    #[arg(long, default_value = "")]
-    aggregate: String,
-    #[arg(long, default_value = "")]
-    aggregate_type: String,
-    /// The payload, a JSON object.
-    #[arg(long)]
-    data: String,
-    /// How many copies, in one transaction (at most 100,000).
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100_000))]
-    count: u32,
-    #[arg(long)]
-    json: bool,
 }
 
 #[derive(Subcommand)]
@@ -382,6 +360,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 Command::Attempts(AttemptsCmd::List(a)) => attempts::list(a, &pool).await,
                 Command::Event(EventCmd::Show(a)) => attempts::show(a, &pool).await,
                 Command::Endpoint(EndpointCmd::Stats(a)) => attempts::stats(a, &pool).await,
+                Command::Event(EventCmd::Publish(a)) => publish::run(a, &pool).await,
                 Command::Event(EventCmd::Resend(a)) => dlq::resend(a, &pool, &cfg.kafka, &cfg.retry).await,
                 command => run_db(command, &pool, &cfg).await,
             }
@@ -510,29 +489,6 @@ async fn run_db(command: Command, pool: &PgPool, cfg: &CliConfig) -> anyhow::Res
             }
         }
         Command::Secrets(secrets::SecretsCmd::Seal) => secrets::seal(pool, secrets_cfg).await?,
-        Command::Event(EventCmd::Publish(a)) => {
-            let tenant_id = resolve_tenant(pool, &a.tenant).await?;
-            let payload: serde_json::Value = serde_json::from_str(&a.data)
-                .map_err(|e| anyhow::anyhow!("--data is not valid JSON: {e}"))?;
-            if !payload.is_object() {
-                bail!("--data must be a JSON object");
-            }
-            let event =
-                NewEvent::new(tenant_id, a.event_type, payload).aggregate(a.aggregate_type, a.aggregate);
-            let mut tx = pool.begin().await?;
-            let mut ids = Vec::with_capacity(a.count as usize);
-            for _ in 0..a.count {
-                ids.push(outbox::enqueue(&mut tx, &event).await?);
-            }
-            tx.commit().await?;
-            if a.json {
-                println!("{}", serde_json::json!({ "event_ids": ids }));
-            } else {
-                for id in ids {
-                    println!("{id}");
-                }
-            }
-        }
         Command::Outbox(OutboxCmd::Backlog) => {
             let (rows, age) = outbox::backlog(pool).await?;
             println!("{rows} rows waiting, oldest {age:.1} s");
@@ -554,6 +510,7 @@ async fn run_db(command: Command, pool: &PgPool, cfg: &CliConfig) -> anyhow::Res
             unreachable!("handled without a database")
         }
         Command::Dlq(_) | Command::Event(EventCmd::Resend(_)) => unreachable!("handled in dlq.rs"),
+        Command::Event(EventCmd::Publish(_)) => unreachable!("handled in publish.rs"),
         Command::ApiKey(_) => unreachable!("handled in api_keys.rs"),
         Command::Health(_) => unreachable!("handled in health.rs"),
         Command::Attempts(_)
