@@ -1,12 +1,15 @@
 //! `hookstream event publish --data @file|@-` keeps the payload byte for byte (a 1 MB one
-//! too, which no argument list holds), with channels and `--deliver-at`. Only the database is
-//! read: no relay, no dispatcher.
+//! too, which no argument list holds), with channels and `--deliver-at`; `hookstream endpoint`
+//! takes channels, payload filters and custom headers, shows sensitive headers by name only,
+//! and refuses reserved headers and malformed filters naming them. Only the database is read:
+//! no relay, no dispatcher.
 
 use std::process::Stdio;
 
 use chrono::{DateTime, Utc};
 use hookstream_store::sqlx;
 use hookstream_testkit::TestEnv;
+use serde_json::{json, Value};
 use tokio::io::AsyncWriteExt as _;
 use uuid::Uuid;
 
@@ -175,4 +178,221 @@ async fn payloads_are_kept_byte_for_byte_with_channels_and_schedules() {
         .await
         .unwrap();
     assert_eq!(rows_after, rows_before);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn endpoints_take_channels_filters_and_headers_shown_without_secrets() {
+    let env = TestEnv::new(1).await.unwrap();
+    env.tenant("acme").await.unwrap();
+    let create = [
+        "endpoint",
+        "create",
+        "--tenant",
+        "acme",
+        "--url",
+        "https://example.com/hooks",
+        "--json",
+    ];
+    let run = cli(
+        &env,
+        &[
+            &create[..],
+            &[
+                "--header",
+                "Authorization: Bearer x",
+                "--header",
+                "X-Team: a",
+                "--channel",
+                "eu",
+                "--filter",
+                r#"{"amount":{"$gte":10}}"#,
+            ],
+        ]
+        .concat(),
+    )
+    .await
+    .ok();
+    let id = run.json()["id"].as_str().unwrap().to_string();
+    let uuid: Uuid = id.parse().unwrap();
+
+    let (channels, filter, names): (Vec<String>, Option<Value>, Vec<String>) = sqlx::query_as(
+        "SELECT channels, payload_filter, header_names FROM hookstream.endpoints WHERE id = $1",
+    )
+    .bind(uuid)
+    .fetch_one(&env.pool)
+    .await
+    .unwrap();
+    assert_eq!(channels, ["eu"]);
+    assert_eq!(filter, Some(json!({"amount": {"$gte": 10}})));
+    assert_eq!(names, ["Authorization", "X-Team"]);
+    let mut conn = env.pool.acquire().await.unwrap();
+    let sealed = hookstream_store::endpoint_headers::get(&mut conn, &env.sealer(), uuid)
+        .await
+        .unwrap();
+    assert_eq!(sealed.headers["Authorization"], "Bearer x", "stored as given");
+
+    let run = cli(&env, &["endpoint", "headers", &id, "--json"]).await.ok();
+    assert_eq!(
+        run.json(),
+        json!({"headers": {"X-Team": "a"}, "sensitive": ["Authorization"]})
+    );
+    let run = cli(&env, &["endpoint", "headers", &id]).await.ok();
+    assert!(
+        run.stdout.contains("Authorization: ********") && run.stdout.contains("X-Team: a"),
+        "{}",
+        run.stdout
+    );
+    let run = cli(&env, &["endpoint", "list"]).await.ok();
+    assert!(
+        run.stdout.contains("channels=eu")
+            && run.stdout.contains("filter=yes")
+            && run.stdout.contains("headers=Authorization,X-Team"),
+        "{}",
+        run.stdout
+    );
+    assert!(!run.stdout.contains("Bearer"), "{}", run.stdout);
+
+    // Refused, naming what is wrong, and nothing is created.
+    let run = cli(&env, &[&create[..], &["--header", "Content-Type: x"]].concat()).await;
+    assert_eq!(run.code, Some(1));
+    assert!(
+        run.stderr.contains("\"Content-Type\"") && run.stderr.contains("reserved"),
+        "{}",
+        run.stderr
+    );
+    let run = cli(
+        &env,
+        &[&create[..], &["--filter", r#"{"amount":{"$gtx":10}}"#]].concat(),
+    )
+    .await;
+    assert_eq!(run.code, Some(1));
+    assert!(
+        run.stderr.contains("at /amount/$gtx") && run.stderr.contains("unknown operator"),
+        "{}",
+        run.stderr
+    );
+    let run = cli(
+        &env,
+        &[&create[..], &["--header", "X-A: 1", "--sensitive-header", "X-B"]].concat(),
+    )
+    .await;
+    assert!(
+        run.code == Some(1) && run.stderr.contains("\"X-B\""),
+        "{}",
+        run.stderr
+    );
+    let count: i64 = sqlx::query_scalar("SELECT count(*) FROM hookstream.endpoints")
+        .fetch_one(&env.pool)
+        .await
+        .unwrap();
+    assert_eq!(count, 1);
+
+    // A patch: given ones set, removed ones removed, marks kept, the others untouched.
+    let run = cli(
+        &env,
+        &[
+            "endpoint",
+            "set-headers",
+            &id,
+            "--header",
+            "X-Plan: gold",
+            "--sensitive-header",
+            "X-Plan",
+            "--header",
+            "X-Region: eu-1",
+            "--remove-header",
+            "x-team",
+            "--json",
+        ],
+    )
+    .await
+    .ok();
+    assert_eq!(
+        run.json(),
+        json!({"headers": {"X-Region": "eu-1"}, "sensitive": ["Authorization", "X-Plan"]})
+    );
+    assert!(!run.stdout.contains("gold"));
+    let run = cli(
+        &env,
+        &["endpoint", "set-headers", &id, "--header", "webhook-id: x"],
+    )
+    .await;
+    assert!(
+        run.code == Some(1) && run.stderr.contains("\"webhook-id\"") && run.stderr.contains("reserved"),
+        "{}",
+        run.stderr
+    );
+    let run = cli(
+        &env,
+        &[
+            "endpoint",
+            "set-headers",
+            &id,
+            "--replace",
+            "--header",
+            "X-Only: 1",
+            "--json",
+        ],
+    )
+    .await
+    .ok();
+    assert_eq!(run.json(), json!({"headers": {"X-Only": "1"}, "sensitive": []}));
+
+    // Update: channels, filter (from a file) and event types; the headers stay.
+    let run = cli(
+        &env,
+        &[
+            "endpoint",
+            "update",
+            &id,
+            "--channel",
+            "us,ap",
+            "--no-filter",
+            "--event-types",
+            "order.*",
+        ],
+    )
+    .await
+    .ok();
+    assert!(run.stdout.contains("channels=us,ap"), "{}", run.stdout);
+    let file = std::env::temp_dir()
+        .join("hookstream-tests")
+        .join(format!("{}-filter.json", env.name));
+    std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+    std::fs::write(&file, r#"{"tier": {"$in": ["gold", "silver"]}}"#).unwrap();
+    let arg = format!("@{}", file.display());
+    cli(
+        &env,
+        &["endpoint", "update", &id, "--no-channels", "--filter", &arg],
+    )
+    .await
+    .ok();
+    let (channels, filter, types, names): (Vec<String>, Option<Value>, Vec<String>, Vec<String>) =
+        sqlx::query_as(
+            "SELECT channels, payload_filter, event_types, header_names FROM hookstream.endpoints WHERE id = $1",
+        )
+        .bind(uuid)
+        .fetch_one(&env.pool)
+        .await
+        .unwrap();
+    assert!(channels.is_empty());
+    assert_eq!(filter, Some(json!({"tier": {"$in": ["gold", "silver"]}})));
+    assert_eq!(types, ["order.*"]);
+    assert_eq!(names, ["X-Only"]);
+    let run = cli(&env, &["endpoint", "update", &id]).await;
+    assert!(
+        run.code == Some(1) && run.stderr.contains("nothing to change"),
+        "{}",
+        run.stderr
+    );
+    let run = cli(
+        &env,
+        &["endpoint", "update", &id, "--filter", r#"{"a":{"$in":3}}"#],
+    )
+    .await;
+    assert!(
+        run.code == Some(1) && run.stderr.contains("at /a/$in"),
+        "{}",
+        run.stderr
+    );
 }
