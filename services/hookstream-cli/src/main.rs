@@ -9,20 +9,22 @@
 mod api_keys;
 mod attempts;
 mod dlq;
+mod endpoint_cmd;
 mod health;
 mod listen;
+mod payload_arg;
 mod probe;
+mod publish;
 mod secrets;
 
 use std::path::PathBuf;
 
 use anyhow::{bail, Context as _};
-use clap::{Args, Parser, Subcommand};
+use clap::{Parser, Subcommand};
 use hookstream_config::{DatabaseConfig, KafkaConfig, RetryConfig, SecretsConfig, Validate};
 use hookstream_kafka::topics;
-use hookstream_store::outbox::NewEvent;
 use hookstream_store::sqlx::PgPool;
-use hookstream_store::{endpoints, outbox, tenants, StoreError};
+use hookstream_store::{outbox, tenants, StoreError};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
@@ -58,7 +60,7 @@ enum Command {
     Tenant(TenantCmd),
     /// Manage endpoints.
     #[command(subcommand)]
-    Endpoint(EndpointCmd),
+    Endpoint(endpoint_cmd::EndpointCmd),
     /// Publish events through the outbox.
     #[command(subcommand)]
     Event(EventCmd),
@@ -128,93 +130,14 @@ enum TenantCmd {
 }
 
 #[derive(Subcommand)]
-enum EndpointCmd {
-    /// Create an endpoint; prints its signing secret once.
-    Create(EndpointCreate),
-    /// List endpoints.
-    List {
-        /// Tenant id or name.
-        #[arg(long)]
-        tenant: Option<String>,
-        #[arg(long)]
-        json: bool,
-    },
-    /// Per endpoint over a window: attempts, success rate, p50/p95/p99 latency, top error
-    /// class and status, state; worst first (from the delivery log).
-    Stats(attempts::StatsArgs),
-    /// Stop delivering to an endpoint.
-    Disable { id: Uuid },
-    /// Deliver to an endpoint again.
-    Enable { id: Uuid },
-    /// Start a secret rotation: prints a new secret, which signs from now on; the current
-    /// secrets keep signing too until the overlap ends, so receivers can switch over.
-    RotateSecret {
-        id: Uuid,
-        /// Hours the current secrets stay valid beside the new one (at most a year).
-        #[arg(long, default_value_t = 24, value_parser = clap::value_parser!(u64).range(0..=8_760))]
-        overlap_hours: u64,
-        #[arg(long)]
-        json: bool,
-    },
-}
-
-#[derive(Args)]
-struct EndpointCreate {
-    /// Tenant id or name.
-    #[arg(long)]
-    tenant: String,
-    #[arg(long)]
-    url: String,
-    /// Comma-separated filters such as `order.*,user.created`; empty means every type.
-    #[arg(long, value_delimiter = ',')]
-    event_types: Vec<String>,
-    /// Requests per second at most.
-    #[arg(long)]
-    rate_limit: Option<i32>,
-    /// Per-request timeout (100 to 30000 ms).
-    #[arg(long)]
-    timeout_ms: Option<i32>,
-    /// Concurrent requests at most.
-    #[arg(long)]
-    max_in_flight: Option<i32>,
-    #[arg(long, default_value = "")]
-    description: String,
-    #[arg(long)]
-    json: bool,
-}
-
-#[derive(Subcommand)]
 enum EventCmd {
     /// Write events to the outbox in one transaction; prints their ids.
-    Publish(EventPublish),
+    Publish(publish::EventPublish),
     /// Send one event again to one endpoint (same webhook-id), through the retry path.
     Resend(dlq::ResendArgs),
     /// An event from the delivery log: type, payload size, committed and relayed, and per
     /// endpoint its status (delivered, retrying, dead-lettered, disabled) and every attempt.
     Show(attempts::ShowArgs),
-}
-
-#[derive(Args)]
-struct EventPublish {
-    /// Tenant id or name.
-    #[arg(long)]
-    tenant: String,
-    #[arg(long = "type")]
-    event_type: String,
-    /// Aggregate id: events of one aggregate reach Kafka in commit order (the dispatcher may
-    /// still deliver them concurrently: receivers must not rely on arrival order).
-    #[arg(long, default_value = "")]
-    aggregate: String,
-    #[arg(long, default_value = "")]
-    aggregate_type: String,
-    /// The payload, a JSON object.
-    #[arg(long)]
-    data: String,
-    /// How many copies, in one transaction (at most 100,000).
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100_000))]
-    count: u32,
-    #[arg(long)]
-    json: bool,
 }
 
 #[derive(Subcommand)]
@@ -381,7 +304,12 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 }
                 Command::Attempts(AttemptsCmd::List(a)) => attempts::list(a, &pool).await,
                 Command::Event(EventCmd::Show(a)) => attempts::show(a, &pool).await,
-                Command::Endpoint(EndpointCmd::Stats(a)) => attempts::stats(a, &pool).await,
+                Command::Endpoint(endpoint_cmd::EndpointCmd::Stats(a)) => attempts::stats(a, &pool).await,
+                Command::Endpoint(cmd) => {
+                    let policy = hookstream_egress::AddressPolicy::new(cfg.delivery.allow_cidrs.clone());
+                    endpoint_cmd::run(cmd, &pool, &cfg.secrets, &policy).await
+                }
+                Command::Event(EventCmd::Publish(a)) => publish::run(a, &pool).await,
                 Command::Event(EventCmd::Resend(a)) => dlq::resend(a, &pool, &cfg.kafka, &cfg.retry).await,
                 command => run_db(command, &pool, &cfg).await,
             }
@@ -414,125 +342,7 @@ async fn run_db(command: Command, pool: &PgPool, cfg: &CliConfig) -> anyhow::Res
                 }
             }
         }
-        Command::Endpoint(EndpointCmd::Create(a)) => {
-            let tenant_id = resolve_tenant(pool, &a.tenant).await?;
-            let sealer = secrets::sealer(secrets_cfg)?;
-            let policy = hookstream_egress::AddressPolicy::new(cfg.delivery.allow_cidrs.clone());
-            let (ep, secret) = endpoints::create(
-                pool,
-                &sealer,
-                &policy,
-                endpoints::NewEndpoint {
-                    tenant_id,
-                    url: a.url,
-                    description: a.description,
-                    event_types: a.event_types,
-                    rate_limit_per_s: a.rate_limit,
-                    timeout_ms: a.timeout_ms,
-                    max_in_flight: a.max_in_flight,
-                    ..Default::default()
-                },
-            )
-            .await?;
-            if a.json {
-                println!(
-                    "{}",
-                    serde_json::json!({ "id": ep.id, "secret": secret.expose() })
-                );
-            } else {
-                println!(
-                    "endpoint {} created for {}\nsigning secret (shown once): {}",
-                    ep.id,
-                    ep.url,
-                    secret.expose()
-                );
-            }
-        }
-        Command::Endpoint(EndpointCmd::List { tenant, json }) => {
-            let tenant = match tenant {
-                Some(t) => Some(resolve_tenant(pool, &t).await?),
-                None => None,
-            };
-            let all = endpoints::list(pool, tenant).await?;
-            if json {
-                println!("{}", serde_json::to_string(&all)?);
-            } else {
-                for e in all {
-                    let state = if e.enabled {
-                        match e.failing_since {
-                            Some(t) => format!("enabled, failing since {}", t.to_rfc3339()),
-                            None => "enabled".to_string(),
-                        }
-                    } else {
-                        format!(
-                            "disabled ({})",
-                            e.disabled_reason.as_deref().unwrap_or("by an operator")
-                        )
-                    };
-                    let types = if e.event_types.is_empty() {
-                        "*".to_string()
-                    } else {
-                        e.event_types.join(",")
-                    };
-                    let rate = e
-                        .rate_limit_per_s
-                        .map_or_else(|| "unlimited".to_string(), |r| format!("{r}/s"));
-                    println!(
-                        "{}  {}  types={}  rate={}  max_in_flight={}  {}",
-                        e.id, e.url, types, rate, e.max_in_flight, state
-                    );
-                }
-            }
-        }
-        Command::Endpoint(EndpointCmd::Disable { id }) => {
-            endpoints::set_enabled(pool, id, false, Some("disabled by an operator")).await?;
-            println!("endpoint {id} disabled");
-        }
-        Command::Endpoint(EndpointCmd::Enable { id }) => {
-            endpoints::set_enabled(pool, id, true, None).await?;
-            println!("endpoint {id} enabled");
-        }
-        Command::Endpoint(EndpointCmd::RotateSecret {
-            id,
-            overlap_hours,
-            json,
-        }) => {
-            let sealer = secrets::sealer(secrets_cfg)?;
-            let overlap = std::time::Duration::from_secs(overlap_hours * 3600);
-            let secret = endpoints::rotate_secret(pool, &sealer, id, overlap).await?;
-            if json {
-                println!("{}", serde_json::json!({ "id": id, "secret": secret.expose() }));
-            } else {
-                println!(
-                    "new signing secret for endpoint {id} (shown once): {}\nthe previous secrets keep signing for {overlap_hours} h",
-                    secret.expose()
-                );
-            }
-        }
         Command::Secrets(secrets::SecretsCmd::Seal) => secrets::seal(pool, secrets_cfg).await?,
-        Command::Event(EventCmd::Publish(a)) => {
-            let tenant_id = resolve_tenant(pool, &a.tenant).await?;
-            let payload: serde_json::Value = serde_json::from_str(&a.data)
-                .map_err(|e| anyhow::anyhow!("--data is not valid JSON: {e}"))?;
-            if !payload.is_object() {
-                bail!("--data must be a JSON object");
-            }
-            let event =
-                NewEvent::new(tenant_id, a.event_type, payload).aggregate(a.aggregate_type, a.aggregate);
-            let mut tx = pool.begin().await?;
-            let mut ids = Vec::with_capacity(a.count as usize);
-            for _ in 0..a.count {
-                ids.push(outbox::enqueue(&mut tx, &event).await?);
-            }
-            tx.commit().await?;
-            if a.json {
-                println!("{}", serde_json::json!({ "event_ids": ids }));
-            } else {
-                for id in ids {
-                    println!("{id}");
-                }
-            }
-        }
         Command::Outbox(OutboxCmd::Backlog) => {
             let (rows, age) = outbox::backlog(pool).await?;
             println!("{rows} rows waiting, oldest {age:.1} s");
@@ -556,11 +366,11 @@ async fn run_db(command: Command, pool: &PgPool, cfg: &CliConfig) -> anyhow::Res
         Command::Dlq(_) | Command::Event(EventCmd::Resend(_)) => unreachable!("handled in dlq.rs"),
         Command::ApiKey(_) => unreachable!("handled in api_keys.rs"),
         Command::Health(_) => unreachable!("handled in health.rs"),
-        Command::Attempts(_)
-        | Command::Endpoint(EndpointCmd::Stats(_))
-        | Command::Event(EventCmd::Show(_)) => {
+        Command::Attempts(_) | Command::Event(EventCmd::Show(_)) => {
             unreachable!("handled in attempts.rs")
         }
+        Command::Endpoint(_) => unreachable!("handled in endpoint_cmd.rs"),
+        Command::Event(EventCmd::Publish(_)) => unreachable!("handled in publish.rs"),
     }
     Ok(())
 }
