@@ -43,6 +43,9 @@ pub struct AttemptFilter {
     pub after: Option<DateTime<Utc>>,
     /// Only attempts of this event type (the tenant portal's delivery log filters by it).
     pub event_type: Option<String>,
+    /// Only attempts of messages with this tag (Svix's `tag`), or sent to this channel.
+    pub tag: Option<String>,
+    pub channel: Option<String>,
 }
 
 /// A page of `tenant`'s attempts, newest first, after `cursor`.
@@ -81,6 +84,20 @@ pub async fn attempts(
     }
     if let Some(t) = &f.event_type {
         q.push(" AND event_type = ").push_bind(t.clone());
+    }
+    for (column, value) in [("tags", &f.tag), ("channels", &f.channel)] {
+        if let Some(v) = value {
+            // The message's row, found by its id's time (a second either side, as `messages::get`).
+            q.push(format!(
+                " AND EXISTS (SELECT 1 FROM hookstream.messages m
+                    WHERE m.tenant_id = attempts.tenant_id AND m.event_id = attempts.event_id
+                      AND m.created_at >= hookstream.uuid_v7_time(attempts.event_id) - interval '1 second'
+                      AND m.created_at < hookstream.uuid_v7_time(attempts.event_id) + interval '1 second'
+                      AND m.{column} @> ARRAY["
+            ))
+            .push_bind(v.clone())
+            .push("]::text[])");
+        }
     }
     if let Some(b) = f.before {
         q.push(" AND started_at < ").push_bind(b);

@@ -520,7 +520,9 @@ pub struct AttemptListParams {
     pub with_content: Option<bool>,
     /// Accepted; statuses are always expanded.
     pub expanded_statuses: Option<bool>,
+    /// Only attempts of messages sent to this channel.
     pub channel: Option<String>,
+    /// Only attempts of messages with this tag.
     pub tag: Option<String>,
 }
 

@@ -109,12 +109,6 @@ async fn urls(
 
 /// The attempts a list asks for (None: nothing can match).
 fn filter_of(p: &AttemptListParams) -> ApiResult<Option<AttemptFilter>> {
-    if p.channel.is_some() || p.tag.is_some() {
-        return Err(ApiError::field(
-            &["query"],
-            "channels and tags are not supported by Hookstream",
-        ));
-    }
     let delivered = match p.status {
         None => None,
         Some(0) => Some(true),
@@ -139,6 +133,8 @@ fn filter_of(p: &AttemptListParams) -> ApiResult<Option<AttemptFilter>> {
         status_class,
         before: p.before,
         after: p.after,
+        tag: p.tag.clone(),
+        channel: p.channel.clone(),
         ..Default::default()
     }))
 }

@@ -254,6 +254,11 @@ def migration_features(svix, http, app):
     assert got.channels == ["eu", "x"] and got.tags == ["vip"], got
     tagged = svix.message.list(app.id, MessageListOptions(tag="vip")).data
     assert [t.id for t in tagged] == [to_eu.id], tagged
+    tagged_attempts = wait(
+        "the tagged message's attempts",
+        lambda: http.get(f"/api/v1/app/{app.id}/attempt/endpoint/{ep_any.id}", params={"tag": "vip"}).json()["data"],
+    )
+    assert {a["msgId"] for a in tagged_attempts} == {to_eu.id}, tagged_attempts
     by_channel = svix.message.list(app.id, MessageListOptions(channel="us")).data
     assert [t.id for t in by_channel] == [to_us.id], by_channel
     svix.endpoint.delete(app.id, ep_eu.id)
