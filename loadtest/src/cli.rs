@@ -140,6 +140,10 @@ pub struct RunArgs {
     /// Seconds to wait for the pipeline to drain after the last event was committed.
     #[arg(long, default_value_t = 180)]
     pub deadline_s: u64,
+    /// fanout: every endpoint carries a payload filter (two conditions) that every payload
+    /// passes, so the run measures what matching costs against the same run without.
+    #[arg(long)]
+    pub payload_filter: bool,
     /// outage-recovery: how long the endpoint is down.
     #[arg(long, default_value_t = 60)]
     pub outage_s: u64,

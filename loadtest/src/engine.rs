@@ -56,6 +56,13 @@ pub struct Class {
     pub rate_limit_per_s: Option<i32>,
     pub timeout_ms: Option<i32>,
     pub max_in_flight: Option<i32>,
+    /// A payload filter on each of its endpoints.
+    pub payload_filter: Option<serde_json::Value>,
+}
+
+/// A payload filter every payload `enqueue` writes passes (two conditions to evaluate).
+pub fn passing_filter() -> serde_json::Value {
+    serde_json::json!({"amount": {"$gte": 0}, "note": {"$startsWith": "a typical"}})
 }
 
 impl Class {
@@ -68,6 +75,7 @@ impl Class {
             rate_limit_per_s: None,
             timeout_ms: None,
             max_in_flight: Some(256),
+            payload_filter: None,
         }
     }
 
@@ -592,6 +600,7 @@ pub(crate) async fn fleet(env: &TestEnv, tenant: Uuid, classes: &[Class]) -> any
                     rate_limit_per_s: class.rate_limit_per_s,
                     timeout_ms: class.timeout_ms,
                     max_in_flight: class.max_in_flight,
+                    payload_filter: class.payload_filter.clone(),
                     ..Default::default()
                 },
             )

@@ -318,15 +318,17 @@ pub async fn fanout(args: &RunArgs) -> anyhow::Result<Measured> {
     let class = |n| {
         let mut c = fast(n);
         c.max_in_flight = None;
+        c.payload_filter = args.payload_filter.then(engine::passing_filter);
         c
     };
     let fanouts = match args.endpoints {
         Some(n) => vec![n.max(1)],
         None => vec![10, 50],
     };
+    let suffix = if args.payload_filter { "-filtered" } else { "" };
     let plans: Vec<Plan> = fanouts
         .into_iter()
-        .map(|n| plan(args, &format!("fanout{n}"), Load::Backlog, vec![class(n)]))
+        .map(|n| plan(args, &format!("fanout{n}{suffix}"), Load::Backlog, vec![class(n)]))
         .collect();
     let mut phases = Vec::new();
     for p in &plans {
