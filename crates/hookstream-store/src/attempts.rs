@@ -337,6 +337,32 @@ pub async fn status(
     .await?)
 }
 
+/// The latest attempt at one endpoint of each of `event_ids` that has one.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct Latest {
+    pub event_id: Uuid,
+    /// `delivered`, `retry` or `dead_lettered`.
+    pub next: String,
+    /// The HTTP status it got (None: no response).
+    pub status: Option<i32>,
+}
+
+pub async fn latest_at_endpoint(
+    pool: &PgPool,
+    endpoint_id: Uuid,
+    event_ids: &[Uuid],
+) -> Result<Vec<Latest>, StoreError> {
+    Ok(sqlx::query_as(
+        "SELECT DISTINCT ON (event_id) event_id, next, status FROM hookstream.attempts
+         WHERE endpoint_id = $1 AND event_id = ANY($2)
+         ORDER BY event_id, started_at DESC, attempt DESC",
+    )
+    .bind(endpoint_id)
+    .bind(event_ids)
+    .fetch_all(pool)
+    .await?)
+}
+
 /// Where an event is before any attempt: waiting in the outbox, or quarantined there.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub enum NotYetAttempted {

@@ -48,6 +48,13 @@ pub struct ManagedEndpoint {
     pub header_names: Vec<String>,
 }
 
+impl ManagedEndpoint {
+    /// What it subscribes to, compiled.
+    pub fn subscription(&self) -> Result<hookstream_routing::Subscription, String> {
+        crate::endpoints::subscription_of(&self.event_types, &self.channels, self.payload_filter.as_ref())
+    }
+}
+
 const COLUMNS: &str =
     "id, tenant_id, url, description, event_types, enabled, disabled_reason, rate_limit_per_s, \
                        timeout_ms, max_in_flight, uid, metadata, created_at, updated_at, failing_since, \

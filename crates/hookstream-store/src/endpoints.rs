@@ -126,17 +126,26 @@ impl EndpointRow {
     /// What it subscribes to, compiled (an error names what does not compile).
     pub(crate) fn subscription(&self) -> Result<Subscription, String> {
         let e = &self.endpoint;
-        Ok(Subscription {
-            event_types: EventFilter::new(&e.event_types)?,
-            channels: e.channels.clone(),
-            payload: e
-                .payload_filter
-                .clone()
-                .map(PayloadFilter::from_value)
-                .transpose()
-                .map_err(|e| format!("payload filter {e}"))?,
-        })
+        subscription_of(&e.event_types, &e.channels, e.payload_filter.as_ref())
     }
+}
+
+/// An endpoint's subscription compiled from its stored columns (the dispatchers' routing view
+/// and the API's replays both ask this).
+pub fn subscription_of(
+    event_types: &[String],
+    channels: &[String],
+    payload_filter: Option<&serde_json::Value>,
+) -> Result<Subscription, String> {
+    Ok(Subscription {
+        event_types: EventFilter::new(event_types)?,
+        channels: channels.to_vec(),
+        payload: payload_filter
+            .cloned()
+            .map(PayloadFilter::from_value)
+            .transpose()
+            .map_err(|e| format!("payload filter {e}"))?,
+    })
 }
 
 /// Checks that a URL is something we may POST to: http(s), a host, no credentials, and no

@@ -10,6 +10,7 @@ pub mod api_keys;
 pub mod applications;
 pub mod attempt_stats;
 pub mod attempts;
+pub mod background_tasks;
 pub mod batch;
 pub mod breakers;
 pub mod copy;

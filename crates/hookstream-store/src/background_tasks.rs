@@ -1,0 +1,251 @@
+//! Background tasks (Svix's `/background-task`): rows that any API process may run. A task is
+//! taken under a lease (`claim`), renewed with each progress write (`progress`), and ended
+//! once (`end`). An API that stops or dies simply stops renewing; when the lease lapses the
+//! next `claim` (on any API) hands the task out again, with the cursor it had reached.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use sqlx::{FromRow, PgPool};
+use uuid::Uuid;
+
+use crate::StoreError;
+
+/// The kinds of task, as Svix names them.
+pub const REPLAY: &str = "endpoint.replay";
+pub const BULK_REPLAY: &str = "endpoint.bulk-replay";
+pub const RECOVER: &str = "endpoint.recover";
+
+/// What a task replays: its window and (bulk replays) the filters on what was sent.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Params {
+    pub since: DateTime<Utc>,
+    pub until: Option<DateTime<Utc>>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub event_types: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub channel: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tag: Option<String>,
+    /// Svix's message status of the endpoint's latest attempt: 0 success, 1 pending, 2 fail.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<u8>,
+    /// The class of the latest attempt's HTTP status: 0 (no response), 100, 200, ... 500.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status_code_class: Option<u16>,
+}
+
+#[derive(Debug, Clone, PartialEq, FromRow)]
+pub struct Task {
+    pub id: Uuid,
+    pub tenant_id: Uuid,
+    /// None: every endpoint of the tenant (a dead-letter replay of a whole application).
+    pub endpoint_id: Option<Uuid>,
+    pub kind: String,
+    pub status: String,
+    pub params: sqlx::types::Json<Params>,
+    pub cursor: Option<Uuid>,
+    pub sent: i64,
+    pub skipped: i64,
+    pub error: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+const COLUMNS: &str =
+    "id, tenant_id, endpoint_id, kind, status, params, cursor, sent, skipped, error, created_at, updated_at";
+
+/// Refused: the tenant already has this many tasks running.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AtCap(pub i64);
+
+/// Creates a running task, unless its tenant already has `max_running` running (checked under
+/// a per-tenant lock, so concurrent creates cannot both slip under the cap).
+pub async fn create(
+    pool: &PgPool,
+    tenant: Uuid,
+    endpoint: Option<Uuid>,
+    kind: &str,
+    params: &Params,
+    max_running: i64,
+) -> Result<Result<Task, AtCap>, StoreError> {
+    let mut tx = pool.begin().await?;
+    sqlx::query(
+        "SELECT pg_advisory_xact_lock(hashtextextended('hookstream.background_tasks:' || $1::text, 0))",
+    )
+    .bind(tenant)
+    .execute(&mut *tx)
+    .await?;
+    let running: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM hookstream.background_tasks WHERE tenant_id = $1 AND status = 'running'",
+    )
+    .bind(tenant)
+    .fetch_one(&mut *tx)
+    .await?;
+    if running >= max_running {
+        return Ok(Err(AtCap(max_running)));
+    }
+    let task = sqlx::query_as(&format!(
+        "INSERT INTO hookstream.background_tasks (id, tenant_id, endpoint_id, kind, params)
+         VALUES ($1, $2, $3, $4, $5) RETURNING {COLUMNS}"
+    ))
+    .bind(Uuid::now_v7())
+    .bind(tenant)
+    .bind(endpoint)
+    .bind(kind)
+    .bind(sqlx::types::Json(params))
+    .fetch_one(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(Ok(task))
+}
+
+/// One task, within `scope` (a tenant; `None` for every tenant).
+pub async fn get(pool: &PgPool, id: Uuid, scope: Option<Uuid>) -> Result<Option<Task>, StoreError> {
+    Ok(sqlx::query_as(&format!(
+        "SELECT {COLUMNS} FROM hookstream.background_tasks
+         WHERE id = $1 AND ($2::uuid IS NULL OR tenant_id = $2)"
+    ))
+    .bind(id)
+    .bind(scope)
+    .fetch_optional(pool)
+    .await?)
+}
+
+/// What a list asks for.
+#[derive(Debug, Clone, Default)]
+pub struct ListFilter {
+    pub scope: Option<Uuid>,
+    pub status: Option<String>,
+    pub kind: Option<String>,
+}
+
+/// A page of tasks in id (creation) order after `cursor` in that order.
+pub async fn list(
+    pool: &PgPool,
+    filter: &ListFilter,
+    cursor: Option<Uuid>,
+    descending: bool,
+    limit: i64,
+) -> Result<Vec<Task>, StoreError> {
+    let (cmp, order) = if descending { ("<", "DESC") } else { (">", "ASC") };
+    Ok(sqlx::query_as(&format!(
+        "SELECT {COLUMNS} FROM hookstream.background_tasks
+         WHERE ($1::uuid IS NULL OR tenant_id = $1) AND ($2::text IS NULL OR status = $2)
+           AND ($3::text IS NULL OR kind = $3) AND ($4::uuid IS NULL OR id {cmp} $4)
+         ORDER BY id {order} LIMIT $5"
+    ))
+    .bind(filter.scope)
+    .bind(&filter.status)
+    .bind(&filter.kind)
+    .bind(cursor)
+    .bind(limit)
+    .fetch_all(pool)
+    .await?)
+}
+
+/// Takes up to `max` running tasks nobody holds (never taken, or their lease lapsed) for
+/// `owner`, for `lease`.
+pub async fn claim(
+    pool: &PgPool,
+    owner: Uuid,
+    lease: std::time::Duration,
+    max: i64,
+) -> Result<Vec<Task>, StoreError> {
+    Ok(sqlx::query_as(&format!(
+        "UPDATE hookstream.background_tasks
+         SET lease_owner = $1, lease_until = now() + make_interval(secs => $2)
+         WHERE id IN (SELECT id FROM hookstream.background_tasks
+                      WHERE status = 'running' AND (lease_until IS NULL OR lease_until < now())
+                      ORDER BY id LIMIT $3 FOR UPDATE SKIP LOCKED)
+         RETURNING {COLUMNS}"
+    ))
+    .bind(owner)
+    .bind(lease.as_secs_f64())
+    .bind(max)
+    .fetch_all(pool)
+    .await?)
+}
+
+/// Records progress and renews the lease. False when `owner` no longer holds the task (its
+/// lease lapsed and another API took it): the caller stops.
+pub async fn progress(
+    pool: &PgPool,
+    id: Uuid,
+    owner: Uuid,
+    cursor: Option<Uuid>,
+    sent: i64,
+    skipped: i64,
+    lease: std::time::Duration,
+) -> Result<bool, StoreError> {
+    let n = sqlx::query(
+        "UPDATE hookstream.background_tasks
+         SET cursor = $3, sent = $4, skipped = $5, updated_at = now(),
+             lease_until = now() + make_interval(secs => $6)
+         WHERE id = $1 AND lease_owner = $2 AND status = 'running'",
+    )
+    .bind(id)
+    .bind(owner)
+    .bind(cursor)
+    .bind(sent)
+    .bind(skipped)
+    .bind(lease.as_secs_f64())
+    .execute(pool)
+    .await?
+    .rows_affected();
+    Ok(n == 1)
+}
+
+/// Ends a task `finished` (no error) or `failed` (with the reason); false when `owner` no
+/// longer holds it.
+pub async fn end(
+    pool: &PgPool,
+    id: Uuid,
+    owner: Uuid,
+    sent: i64,
+    skipped: i64,
+    error: Option<&str>,
+) -> Result<bool, StoreError> {
+    let n = sqlx::query(
+        "UPDATE hookstream.background_tasks
+         SET status = CASE WHEN $5::text IS NULL THEN 'finished' ELSE 'failed' END,
+             sent = $3, skipped = $4, error = left($5, 1000), updated_at = now(),
+             lease_owner = NULL, lease_until = NULL
+         WHERE id = $1 AND lease_owner = $2 AND status = 'running'",
+    )
+    .bind(id)
+    .bind(owner)
+    .bind(sent)
+    .bind(skipped)
+    .bind(error)
+    .execute(pool)
+    .await?
+    .rows_affected();
+    Ok(n == 1)
+}
+
+/// Gives up `owner`'s leases at shutdown, so another API takes its tasks up at once instead
+/// of when the leases lapse.
+pub async fn release(pool: &PgPool, owner: Uuid) -> Result<u64, StoreError> {
+    Ok(sqlx::query(
+        "UPDATE hookstream.background_tasks SET lease_owner = NULL, lease_until = NULL
+         WHERE lease_owner = $1 AND status = 'running'",
+    )
+    .bind(owner)
+    .execute(pool)
+    .await?
+    .rows_affected())
+}
+
+/// Drops ended tasks last updated before `before` (Svix lists the past 90 days), in batches.
+pub async fn prune(pool: &PgPool, before: DateTime<Utc>, batch: i64) -> Result<u64, StoreError> {
+    Ok(sqlx::query(
+        "DELETE FROM hookstream.background_tasks WHERE id IN (
+             SELECT id FROM hookstream.background_tasks
+             WHERE status <> 'running' AND updated_at < $1 LIMIT $2)",
+    )
+    .bind(before)
+    .bind(batch)
+    .execute(pool)
+    .await?
+    .rows_affected())
+}
