@@ -564,6 +564,27 @@ impl Replayer {
         endpoint_id: Uuid,
         origin: Option<SourcePosition>,
     ) -> Result<(), ReplayError> {
+        self.send_resend(event, endpoint_id, origin, None).await
+    }
+
+    /// `send_event` for one of a series (a replay of what an endpoint missed): the retry role
+    /// starts the series' deliveries to the endpoint at least `interval` apart.
+    pub async fn send_paced(
+        &self,
+        event: EventEnvelope,
+        endpoint_id: Uuid,
+        interval: Duration,
+    ) -> Result<(), ReplayError> {
+        self.send_resend(event, endpoint_id, None, Some(interval)).await
+    }
+
+    async fn send_resend(
+        &self,
+        event: EventEnvelope,
+        endpoint_id: Uuid,
+        origin: Option<SourcePosition>,
+        interval: Option<Duration>,
+    ) -> Result<(), ReplayError> {
         let task = DeliveryTask {
             event: Some(event),
             endpoint_id: endpoint_id.to_string(),
@@ -574,14 +595,21 @@ impl Replayer {
         }
         .encode_to_vec();
         let key = endpoint_id.to_string();
-        let record =
-            FutureRecord::to(&self.tier)
-                .key(&key)
-                .payload(&task)
-                .headers(OwnedHeaders::new().insert(Header {
-                    key: REPLAY_HEADER,
-                    value: Some("resend"),
-                }));
+        let interval_ms = interval.map(|i| i.as_millis().max(1).to_string());
+        let mut headers = OwnedHeaders::new().insert(Header {
+            key: REPLAY_HEADER,
+            value: Some("resend"),
+        });
+        if let Some(ms) = &interval_ms {
+            headers = headers.insert(Header {
+                key: INTERVAL_HEADER,
+                value: Some(ms.as_str()),
+            });
+        }
+        let record = FutureRecord::to(&self.tier)
+            .key(&key)
+            .payload(&task)
+            .headers(headers);
         self.producer()
             .await?
             .send(record, Duration::from_secs(30))
