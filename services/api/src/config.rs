@@ -80,6 +80,12 @@ pub struct ApiSettings {
     /// How far ahead a message's `deliverAt` may be (Svix allows 24 hours; the tiers wait
     /// any time, through hops). At most 30 days, `hookstream.enqueue`'s own bound.
     pub max_deliver_at_ahead_s: u64,
+    /// Background tasks (replays, bulk replays, recoveries) one tenant may have running at
+    /// once; one more is a 429 naming this key.
+    pub max_running_tasks_per_tenant: u32,
+    /// Background tasks one API process runs at once (the rest wait for a free slot here or
+    /// on another API).
+    pub background_task_slots: u32,
 }
 
 /// The farthest `api.max_deliver_at_ahead_s` (what `hookstream.enqueue` accepts).
@@ -119,6 +125,8 @@ impl Default for ApiSettings {
             shutdown_grace_ms: 10_000,
             request_timeout_ms: 0,
             max_deliver_at_ahead_s: 7 * 86_400,
+            max_running_tasks_per_tenant: 3,
+            background_task_slots: 8,
         }
     }
 }
@@ -203,6 +211,11 @@ impl Validate for ApiSettings {
                  {MIN_REQUEST_TIMEOUT_MS}, not {}: shorter, ordinary requests are cut",
                 self.request_timeout_ms
             ));
+        }
+        if self.max_running_tasks_per_tenant == 0 || self.background_task_slots == 0 {
+            return err(
+                "api.max_running_tasks_per_tenant and api.background_task_slots must be at least 1".into(),
+            );
         }
         if !(self.recover_rate_per_s.is_finite()
             && self.recover_rate_per_s >= hookstream_replay::MIN_RATE_PER_S)

@@ -53,6 +53,9 @@ pub enum ApiError {
     Validation(Vec<ValidationErrorItem>),
     /// 429: over the key's rate; retry after this long.
     RateLimited(Duration),
+    /// 429: a tenant limit reached (the message names its config key); retry when something
+    /// the tenant holds ends.
+    OverLimit(String),
     /// 503: a dependency is down (the database, Kafka); the SDKs retry.
     Unavailable(String),
     /// 500: logged with its cause, answered without it.
@@ -96,7 +99,7 @@ impl ApiError {
             ApiError::Conflict(_) => StatusCode::CONFLICT,
             ApiError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::Validation(_) => StatusCode::UNPROCESSABLE_ENTITY,
-            ApiError::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
+            ApiError::RateLimited(_) | ApiError::OverLimit(_) => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -173,6 +176,7 @@ fn code(e: &ApiError) -> &'static str {
         ApiError::TooLarge(_) => "payload_too_large",
         ApiError::Validation(_) => "validation",
         ApiError::RateLimited(_) => "rate_limited",
+        ApiError::OverLimit(_) => "limit_reached",
         ApiError::Unavailable(_) => "unavailable",
         ApiError::Internal(_) => "internal",
     }
@@ -234,6 +238,7 @@ impl IntoResponse for ApiError {
             | ApiError::Unauthorized(d)
             | ApiError::Forbidden(d)
             | ApiError::NotFound(d)
+            | ApiError::OverLimit(d)
             | ApiError::Conflict(d) => (status, axum::Json(HttpErrorOut { code, detail: d })).into_response(),
         }
     }

@@ -13,6 +13,7 @@
 
 mod app_cache;
 pub mod auth;
+mod background;
 pub mod config;
 pub mod error;
 mod extract;
@@ -42,7 +43,6 @@ use hookstream_telemetry::prometheus::Registry;
 use hookstream_telemetry::{Health, ServiceError, Supervisor, TaskFailed};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 use tower::Layer as _;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::cors::CorsLayer;
@@ -94,8 +94,6 @@ pub struct AppState {
     pub(crate) apps: Arc<app_cache::AppCache>,
     /// None when retries are off: resends and recoveries cannot be delivered.
     pub(crate) replayer: Option<Arc<Replayer>>,
-    /// Background recoveries and replays, awaited (up to the grace period) at shutdown.
-    pub(crate) tasks: TaskTracker,
     /// The tenant portal's per-session request rates.
     pub(crate) portal: Arc<portal::PortalState>,
     /// A request's whole budget (`api.request_timeout_ms`, resolved).
@@ -108,7 +106,7 @@ pub async fn bind(cfg: &Config) -> std::io::Result<TcpListener> {
 }
 
 /// Serves the API on `listener` until `shutdown` is cancelled (then finishes the requests in
-/// flight and waits for background recoveries up to `api.shutdown_grace_ms`), or one of its
+/// flight and stops the background tasks at their next message, giving their leases up), or one of its
 /// tasks stops unexpectedly (then it drains and returns the failure).
 pub async fn run(
     cfg: Config,
@@ -155,7 +153,6 @@ pub async fn run(
         metrics.clone(),
     );
     let grace = Duration::from_millis(cfg.api.shutdown_grace_ms);
-    let tasks = TaskTracker::new();
     let state = AppState {
         pool: pool.clone(),
         sealer: Arc::new(sealer),
@@ -168,7 +165,6 @@ pub async fn run(
             cfg.api.key_cache_ms,
         ))),
         replayer,
-        tasks: tasks.clone(),
         portal: Arc::new(portal::PortalState::new(&cfg.api)),
         request_deadline: match cfg.api.request_timeout_ms {
             0 => cfg.database.answer_deadline(),
@@ -196,6 +192,15 @@ pub async fn run(
             shutdown.clone(),
         ),
     );
+    supervisor.spawn(
+        "background tasks",
+        background::Runner {
+            pool: pool.clone(),
+            replayer: state.replayer.clone(),
+            cfg: state.cfg.clone(),
+        }
+        .run(shutdown.clone()),
+    );
     let app = router(state, body_limit, &cfg.api)?;
     let stop = shutdown.clone();
     let addr = listener.local_addr()?;
@@ -204,12 +209,6 @@ pub async fn run(
         axum::serve(listener, axum::ServiceExt::<Request>::into_make_service(app))
             .with_graceful_shutdown(async move { stop.cancelled().await })
             .await?;
-        // Recoveries started by requests finish (or are cut at the grace period: a dead letter
-        // not marked replayed stays replayable).
-        tasks.close();
-        if tokio::time::timeout(grace, tasks.wait()).await.is_err() {
-            tracing::warn!("background recoveries still running at the end of the grace period");
-        }
         Ok::<(), std::io::Error>(())
     });
     tracing::info!(listen = %addr, "api listening");

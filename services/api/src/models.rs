@@ -277,18 +277,95 @@ pub struct RecoverIn {
     pub until: Option<DateTime<Utc>>,
 }
 
-#[derive(Debug, Clone, Copy, Serialize, ToSchema)]
+/// Svix's `ReplayIn`: messages created in the window, `until` defaulting to when the task
+/// was asked for.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplayIn {
+    pub since: DateTime<Utc>,
+    #[serde(default)]
+    pub until: Option<DateTime<Utc>>,
+}
+
+/// Svix's `BulkReplayIn`: messages created in the window that were sent to the endpoint,
+/// optionally only those of these event types, channel or tag, or whose latest attempt at the
+/// endpoint has this status (0 success, 1 pending, 2 fail) or HTTP status class.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BulkReplayIn {
+    pub since: DateTime<Utc>,
+    #[serde(default)]
+    pub until: Option<DateTime<Utc>>,
+    #[serde(default)]
+    pub event_types: Option<Vec<String>>,
+    #[serde(default)]
+    pub channel: Option<String>,
+    #[serde(default)]
+    pub tag: Option<String>,
+    #[serde(default)]
+    pub status: Option<u8>,
+    #[serde(default)]
+    pub status_code_class: Option<u16>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum BackgroundTaskStatus {
     Running,
+    Finished,
+    Failed,
 }
 
-#[derive(Debug, Clone, Copy, Serialize, ToSchema)]
+impl BackgroundTaskStatus {
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "running" => Some(Self::Running),
+            "finished" => Some(Self::Finished),
+            "failed" => Some(Self::Failed),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Running => "running",
+            Self::Finished => "finished",
+            Self::Failed => "failed",
+        }
+    }
+}
+
+/// The task types Hookstream runs (Svix has more: listing by one of those finds nothing).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub enum BackgroundTaskType {
+    #[serde(rename = "endpoint.replay")]
+    EndpointReplay,
     #[serde(rename = "endpoint.recover")]
     EndpointRecover,
+    #[serde(rename = "endpoint.bulk-replay")]
+    EndpointBulkReplay,
 }
 
+impl BackgroundTaskType {
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            hookstream_store::background_tasks::REPLAY => Some(Self::EndpointReplay),
+            hookstream_store::background_tasks::RECOVER => Some(Self::EndpointRecover),
+            hookstream_store::background_tasks::BULK_REPLAY => Some(Self::EndpointBulkReplay),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::EndpointReplay => hookstream_store::background_tasks::REPLAY,
+            Self::EndpointRecover => hookstream_store::background_tasks::RECOVER,
+            Self::EndpointBulkReplay => hookstream_store::background_tasks::BULK_REPLAY,
+        }
+    }
+}
+
+/// What starting a task answers (Svix's `RecoverOut` and `ReplayOut`).
 #[derive(Debug, Clone, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RecoverOut {
@@ -296,6 +373,28 @@ pub struct RecoverOut {
     pub status: BackgroundTaskStatus,
     pub task: BackgroundTaskType,
     pub updated_at: DateTime<Utc>,
+}
+
+/// A background task: `data` holds `messagesSent` (Svix's) and Hookstream's
+/// `messagesSkipped` and, for a failed task, `error`.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BackgroundTaskOut {
+    pub id: String,
+    pub status: BackgroundTaskStatus,
+    pub task: BackgroundTaskType,
+    pub data: serde_json::Value,
+    pub updated_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct BackgroundTaskListParams {
+    pub status: Option<BackgroundTaskStatus>,
+    pub task: Option<BackgroundTaskType>,
+    pub limit: Option<u32>,
+    pub iterator: Option<String>,
+    pub order: Option<Ordering>,
 }
 
 #[derive(Debug, Clone, Deserialize, IntoParams)]

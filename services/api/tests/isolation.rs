@@ -37,7 +37,9 @@ fn body_for(op: &str) -> Option<Value> {
         "POST /api/v1/app/{app_id}/endpoint" | "PUT /api/v1/app/{app_id}/endpoint/{endpoint_id}" => url,
         "PATCH /api/v1/app/{app_id}/endpoint/{endpoint_id}" => json!({"description": "x"}),
         "POST /api/v1/app/{app_id}/endpoint/{endpoint_id}/secret/rotate" => json!({}),
-        "POST /api/v1/app/{app_id}/endpoint/{endpoint_id}/recover" => {
+        "POST /api/v1/app/{app_id}/endpoint/{endpoint_id}/recover"
+        | "POST /api/v1/app/{app_id}/endpoint/{endpoint_id}/replay-missing"
+        | "POST /api/v1/app/{app_id}/endpoint/{endpoint_id}/bulk-replay" => {
             json!({"since": "2020-01-01T00:00:00Z"})
         }
         "POST /api/v1/app/{app_id}/endpoint/{endpoint_id}/send-example" => {
@@ -72,6 +74,9 @@ fn expect_for(op: &str) -> Option<Expect> {
         // B's own (non-portal) key: there is nothing of A to reach.
         "POST /api/v1/auth/logout" => Expect::Forbidden,
         "GET /api/v1/health" | "GET /api/v1/health/ping" => Expect::ReadableNoTenantData,
+        // Scoped by the key: B's list shows none of A's tasks, and A's task is not found.
+        "GET /api/v1/background-task" => Expect::ReadableNoTenantData,
+        "GET /api/v1/background-task/{task_id}" => Expect::NotFound,
         _ => return None,
     })
 }
@@ -164,6 +169,15 @@ async fn every_route_refuses_another_tenants_key_and_ids() {
         )
         .await;
     let key_id = key["id"].as_str().unwrap().to_string();
+    let (s, task) = api
+        .op(
+            Method::POST,
+            &format!("/api/v1/app/victim/endpoint/{ep_id}/recover"),
+            Some(json!({"since": "2020-01-01T00:00:00Z"})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::ACCEPTED, "{task}");
+    let task_id = task["id"].as_str().unwrap().to_string();
 
     // Tenant B and its key.
     let b_id = env.tenant("attacker").await.unwrap();
@@ -201,6 +215,7 @@ async fn every_route_refuses_another_tenants_key_and_ids() {
             .replace("{attempt_id}", &attempt_id)
             .replace("{key_id}", &key_id)
             .replace("{event_type_name}", "order.created")
+            .replace("{task_id}", &task_id)
     };
     let mut results: BTreeMap<String, (u16, u16, Option<u16>)> = BTreeMap::new();
     for (method, template) in &ops {
@@ -223,6 +238,7 @@ async fn every_route_refuses_another_tenants_key_and_ids() {
                         ep_id.to_string(),
                         msg_id.to_string(),
                         "of-a".into(),
+                        task_id.clone(),
                     ] {
                         assert!(!text.contains(&leak), "{op} shows A's {leak}: {text}");
                     }

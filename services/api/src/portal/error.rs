@@ -117,6 +117,7 @@ impl IntoResponse for PortalError {
                     ApiError::BadRequest(d)
                     | ApiError::Unauthorized(d)
                     | ApiError::Forbidden(d)
+                    | ApiError::OverLimit(d)
                     | ApiError::Conflict(d) => d,
                 };
                 let title = match status {

@@ -1,7 +1,7 @@
 //! Endpoints of an application: CRUD (with channels, custom headers at creation and the
-//! payload-filter extension), the signing secret and its rotation, recovery (replaying the
-//! dead letters since a time), statistics and example messages. The headers routes are in
-//! `endpoint_headers`.
+//! payload-filter extension), the signing secret and its rotation, statistics and example
+//! messages. The headers routes are in `endpoint_headers`; replays and recoveries (background
+//! tasks) in `background_tasks`.
 
 use std::time::Duration;
 
@@ -12,7 +12,7 @@ use chrono::Utc;
 use hookstream_signing::Secret;
 use hookstream_store::endpoint_admin::{self, EndpointFields, EndpointPatch as StorePatch, ManagedEndpoint};
 use hookstream_store::endpoint_headers::EndpointHeaders;
-use hookstream_store::{attempt_stats, dead_letters, delivery_pages, event_types, messages, StoreError};
+use hookstream_store::{attempt_stats, delivery_pages, event_types, messages, StoreError};
 use uuid::Uuid;
 
 use super::{check_catalogue, check_uid, endpoint_of, metadata_json, metadata_of, tenant_of, Errors};
@@ -20,9 +20,8 @@ use crate::auth::Principal;
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{Json, Path, Query};
 use crate::models::{
-    BackgroundTaskStatus, BackgroundTaskType, EndpointIn, EndpointOut, EndpointPatch, EndpointSecretOut,
-    EndpointSecretRotateIn, EndpointStats, EventExampleIn, ListParams, ListResponse, MessageOut, Ordering,
-    RecoverIn, RecoverOut, StatsParams,
+    EndpointIn, EndpointOut, EndpointPatch, EndpointSecretOut, EndpointSecretRotateIn, EndpointStats,
+    EventExampleIn, ListParams, ListResponse, MessageOut, Ordering, StatsParams,
 };
 use crate::page::PageReq;
 use crate::AppState;
@@ -341,63 +340,6 @@ pub async fn rotate_secret(
     )
     .await?;
     Ok(axum::Json(EndpointSecretOut { key: secret.expose() }))
-}
-
-/// Recover failed messages
-///
-/// Replays the endpoint's dead letters since `since` (not yet replayed), in the background, at
-/// `api.recover_rate_per_s`, with the same `webhook-id`s.
-#[utoipa::path(post, path = "/api/v1/app/{app_id}/endpoint/{endpoint_id}/recover", operation_id = "v1.endpoint.recover", tag = "Endpoint",
-    params(("app_id" = String, Path), ("endpoint_id" = String, Path)),
-    request_body = RecoverIn,
-    responses((status = 202, body = RecoverOut), Errors))]
-pub async fn recover(
-    State(state): State<AppState>,
-    who: Principal,
-    Path((app_id, endpoint_id)): Path<(String, String)>,
-    Json(input): Json<RecoverIn>,
-) -> ApiResult<impl IntoResponse> {
-    let tenant = tenant_of(&state, &who, &app_id).await?;
-    let ep = endpoint_of(&state, tenant, &endpoint_id).await?;
-    if input.until.is_some_and(|u| u <= input.since) {
-        return Err(ApiError::body("until", "must be after since"));
-    }
-    let filter = dead_letters::Filter {
-        tenant: Some(tenant),
-        endpoint: Some(ep.id),
-        since: Some(input.since),
-        until: input.until,
-        unreplayed_only: true,
-        ..Default::default()
-    };
-    Ok((StatusCode::ACCEPTED, axum::Json(start_replay(&state, filter)?)))
-}
-
-/// Starts a dead-letter replay in the background.
-pub(crate) fn start_replay(state: &AppState, filter: dead_letters::Filter) -> ApiResult<RecoverOut> {
-    let replayer = state.replayer.clone().ok_or_else(|| {
-        ApiError::Unavailable("retries are disabled: recoveries cannot be delivered".into())
-    })?;
-    let task = Uuid::now_v7();
-    let opts = hookstream_replay::ReplayOptions {
-        rate_per_s: state.cfg.recover_rate_per_s,
-        dry_run: false,
-    };
-    state.tasks.spawn(async move {
-        match replayer.replay(&filter, &opts).await {
-            Ok(r) => tracing::info!(
-                task = %task, replayed = r.replayed.len(), skipped = r.skipped.len(), failed = r.failed.len(),
-                "recovery finished"
-            ),
-            Err(e) => tracing::warn!(task = %task, error = %e, "recovery failed"),
-        }
-    });
-    Ok(RecoverOut {
-        id: format!("qtask_{task}"),
-        status: BackgroundTaskStatus::Running,
-        task: BackgroundTaskType::EndpointRecover,
-        updated_at: Utc::now(),
-    })
 }
 
 /// Endpoint statistics

@@ -4,18 +4,20 @@
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
+use chrono::{DateTime, Utc};
 use hookstream_store::api_keys::{self, ApiKey, KeyKind, NewKey};
+use hookstream_store::background_tasks::Params;
 use hookstream_store::dead_letters;
 use uuid::Uuid;
 
-use super::endpoints::start_replay;
+use super::background_tasks::start;
 use super::{endpoint_of, tenant_of, Errors};
 use crate::auth::Principal;
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{Json, Path, Query};
 use crate::models::{
-    ApiKeyCreatedOut, ApiKeyIn, ApiKeyOut, DeadLetterListParams, DeadLetterOut, DeadLetterReplayIn,
-    ListResponse, RecoverOut,
+    ApiKeyCreatedOut, ApiKeyIn, ApiKeyOut, BackgroundTaskType, DeadLetterListParams, DeadLetterOut,
+    DeadLetterReplayIn, ListResponse, RecoverOut,
 };
 use crate::page::PageReq;
 use crate::AppState;
@@ -188,13 +190,18 @@ pub async fn replay_dead_letters(
         Some(e) => Some(endpoint_of(&state, tenant, e).await?.id),
         None => None,
     };
-    let filter = dead_letters::Filter {
-        tenant: Some(tenant),
-        endpoint,
-        since: input.since,
+    let params = Params {
+        since: input.since.unwrap_or(DateTime::<Utc>::UNIX_EPOCH),
         until: input.until,
-        unreplayed_only: true,
-        ..Default::default()
+        ..Params::default()
     };
-    Ok((StatusCode::ACCEPTED, axum::Json(start_replay(&state, filter)?)))
+    let out = start(
+        &state,
+        tenant,
+        endpoint,
+        BackgroundTaskType::EndpointRecover,
+        params,
+    )
+    .await?;
+    Ok((StatusCode::ACCEPTED, axum::Json(out)))
 }

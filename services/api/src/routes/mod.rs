@@ -4,6 +4,7 @@
 pub(crate) mod apps;
 pub(crate) mod attempts;
 pub(crate) mod auth;
+pub(crate) mod background_tasks;
 pub(crate) mod endpoint_headers;
 pub(crate) mod endpoints;
 pub(crate) mod event_types;
@@ -125,7 +126,11 @@ pub fn build() -> OpenApiRouter<AppState> {
         ))
         .routes(routes!(endpoints::get_secret))
         .routes(routes!(endpoints::rotate_secret))
-        .routes(routes!(endpoints::recover))
+        .routes(routes!(background_tasks::recover))
+        .routes(routes!(background_tasks::replay_missing))
+        .routes(routes!(background_tasks::bulk_replay))
+        .routes(routes!(background_tasks::list))
+        .routes(routes!(background_tasks::get))
         .routes(routes!(endpoints::stats))
         .routes(routes!(endpoints::send_example))
         .routes(routes!(

@@ -10,7 +10,7 @@ use axum::response::Response;
 use chrono::{TimeDelta, Utc};
 use hookstream_signing::Secret;
 use hookstream_store::endpoint_admin::{self, EndpointPatch, ManagedEndpoint};
-use hookstream_store::{attempt_stats, breakers, dead_letters, event_types};
+use hookstream_store::{attempt_stats, breakers, event_types};
 use maud::{html, Markup};
 use serde::Deserialize;
 use uuid::Uuid;
@@ -695,13 +695,17 @@ pub async fn replay_since(
     let ep = endpoint(&state, &s, &raw).await?;
     let since = parse_time(&m.form.since)
         .ok_or_else(|| PortalError::BadRequest("since must be a date and time".into()))?;
-    let filter = dead_letters::Filter {
-        tenant: Some(s.tenant),
-        endpoint: Some(ep.id),
-        since: Some(since),
-        unreplayed_only: true,
+    let params = hookstream_store::background_tasks::Params {
+        since,
         ..Default::default()
     };
-    routes::endpoints::start_replay(&state, filter)?;
+    routes::background_tasks::start(
+        &state,
+        s.tenant,
+        Some(ep.id),
+        crate::models::BackgroundTaskType::EndpointRecover,
+        params,
+    )
+    .await?;
     Ok(see_other(&format!("/portal/endpoints/{}?notice=replay", ep.id)))
 }
