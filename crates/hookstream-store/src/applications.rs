@@ -10,6 +10,9 @@ use uuid::Uuid;
 
 use crate::StoreError;
 
+/// The operational tenant (migration 0019) is not an application: no route reaches it as one.
+const NOT_OPERATIONAL: &str = "id <> hookstream.operational_tenant()";
+
 #[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
 pub struct Application {
     pub id: Uuid,
@@ -97,7 +100,7 @@ pub async fn find(
     };
     let by = if id.is_some() { "id = $1" } else { "uid = $2" };
     let sql =
-        format!("SELECT {COLUMNS} FROM hookstream.tenants WHERE {by} AND ($3::uuid IS NULL OR id = $3)");
+        format!("SELECT {COLUMNS} FROM hookstream.tenants WHERE {by} AND ($3::uuid IS NULL OR id = $3) AND {NOT_OPERATIONAL}");
     Ok(sqlx::query_as::<_, Application>(&sql)
         .bind(id)
         .bind(uid)
@@ -112,10 +115,12 @@ pub async fn resolve(pool: &PgPool, app: &AppRef, scope: Option<Uuid>) -> Result
         AppRef::Id(id) => match scope {
             Some(s) if s != *id => None,
             _ => {
-                sqlx::query_scalar("SELECT id FROM hookstream.tenants WHERE id = $1")
-                    .bind(*id)
-                    .fetch_optional(pool)
-                    .await?
+                sqlx::query_scalar(&format!(
+                    "SELECT id FROM hookstream.tenants WHERE id = $1 AND {NOT_OPERATIONAL}"
+                ))
+                .bind(*id)
+                .fetch_optional(pool)
+                .await?
             }
         },
         AppRef::Uid(uid) => {
@@ -139,7 +144,9 @@ pub async fn list(
     descending: bool,
     limit: i64,
 ) -> Result<Vec<Application>, StoreError> {
-    let mut q = QueryBuilder::<Postgres>::new(format!("SELECT {COLUMNS} FROM hookstream.tenants WHERE true"));
+    let mut q = QueryBuilder::<Postgres>::new(format!(
+        "SELECT {COLUMNS} FROM hookstream.tenants WHERE {NOT_OPERATIONAL}"
+    ));
     if let Some(s) = scope {
         q.push(" AND id = ").push_bind(s);
     }
@@ -177,10 +184,12 @@ pub async fn update(pool: &PgPool, id: Uuid, fields: &AppFields) -> Result<Appli
 /// until their day partitions are dropped (nothing shows them: every query is scoped by a
 /// tenant that exists); events still in the outbox are quarantined as of an unknown tenant.
 pub async fn delete(pool: &PgPool, id: Uuid) -> Result<(), StoreError> {
-    let done = sqlx::query("DELETE FROM hookstream.tenants WHERE id = $1")
-        .bind(id)
-        .execute(pool)
-        .await?;
+    let done = sqlx::query(&format!(
+        "DELETE FROM hookstream.tenants WHERE id = $1 AND {NOT_OPERATIONAL}"
+    ))
+    .bind(id)
+    .execute(pool)
+    .await?;
     if done.rows_affected() == 0 {
         return Err(StoreError::NotFound(format!("application {id}")));
     }

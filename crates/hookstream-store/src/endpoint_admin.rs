@@ -248,10 +248,27 @@ pub async fn list(
     descending: bool,
     limit: i64,
 ) -> Result<Vec<ManagedEndpoint>, StoreError> {
+    list_on(pool, tenant, None, cursor, descending, limit).await
+}
+
+/// `list`, only of the endpoints listening on exactly `channel` when given.
+pub async fn list_on(
+    pool: &PgPool,
+    tenant: Uuid,
+    channel: Option<&str>,
+    cursor: Option<Uuid>,
+    descending: bool,
+    limit: i64,
+) -> Result<Vec<ManagedEndpoint>, StoreError> {
     let mut q = QueryBuilder::<Postgres>::new(format!(
         "SELECT {COLUMNS} FROM hookstream.endpoints WHERE tenant_id = "
     ));
     q.push_bind(tenant);
+    if let Some(c) = channel {
+        q.push(" AND channels = ARRAY[")
+            .push_bind(c.to_string())
+            .push("]::text[]");
+    }
     if let Some(c) = cursor {
         q.push(if descending { " AND id < " } else { " AND id > " })
             .push_bind(c);

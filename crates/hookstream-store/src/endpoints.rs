@@ -431,6 +431,10 @@ pub async fn disable(
     notice: Option<hookstream_producer::Event>,
 ) -> Result<bool, StoreError> {
     let mut tx = pool.begin().await?;
+    // The operational webhook `endpoint.disabled` says `"trigger": "automatic"` (migration 0019).
+    sqlx::query("SELECT set_config('hookstream.disable_trigger', 'automatic', true)")
+        .execute(&mut *tx)
+        .await?;
     let done = sqlx::query(
         "UPDATE hookstream.endpoints SET enabled = false, disabled_reason = $2, updated_at = now()
           WHERE id = $1 AND enabled

@@ -24,6 +24,7 @@ pub mod event_types;
 pub mod filter;
 pub mod limits;
 pub mod messages;
+pub mod operational;
 pub mod outbox;
 pub mod portal;
 pub mod sealing;

@@ -54,11 +54,11 @@ pub async fn find_by_name(pool: &PgPool, name: &str) -> Result<Option<Tenant>, S
 }
 
 pub async fn list(pool: &PgPool) -> Result<Vec<Tenant>, StoreError> {
-    Ok(
-        sqlx::query_as::<_, Tenant>(
-            "SELECT id, name, created_at FROM hookstream.tenants ORDER BY created_at",
-        )
-        .fetch_all(pool)
-        .await?,
+    Ok(sqlx::query_as::<_, Tenant>(
+        // The operational tenant (migration 0019) is internal.
+        "SELECT id, name, created_at FROM hookstream.tenants
+              WHERE id <> hookstream.operational_tenant() ORDER BY created_at",
     )
+    .fetch_all(pool)
+    .await?)
 }

@@ -860,3 +860,48 @@ pub struct DeadLetterReplayIn {
     #[serde(default)]
     pub until: Option<DateTime<Utc>>,
 }
+
+/// Svix's `OperationalWebhookEndpointIn`: an endpoint that receives operational events
+/// (`endpoint.*`, `message.attempt.*`) about the key's tenant (an operator's: every tenant's).
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OperationalWebhookEndpointIn {
+    pub url: String,
+    #[serde(default)]
+    pub description: Option<String>,
+    #[serde(default, alias = "rateLimit")]
+    pub throttle_rate: Option<u16>,
+    #[serde(default)]
+    pub uid: Option<String>,
+    #[serde(default)]
+    pub disabled: Option<bool>,
+    /// Operational event types delivered (all when absent), `endpoint.*` patterns too. Also
+    /// accepted as `filterTypes`.
+    #[serde(default, alias = "filterTypes")]
+    pub event_types: Option<Vec<String>>,
+    #[serde(default)]
+    pub secret: Option<String>,
+    #[serde(default)]
+    pub metadata: Option<Metadata>,
+    #[serde(default)]
+    pub headers: Option<BTreeMap<String, String>>,
+}
+
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OperationalWebhookEndpointOut {
+    pub id: String,
+    /// Redacted like an endpoint's.
+    pub url: String,
+    pub description: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub throttle_rate: Option<u16>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub uid: Option<String>,
+    pub disabled: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub event_types: Option<Vec<String>>,
+    pub metadata: Metadata,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}

@@ -54,6 +54,12 @@ fn body_for(op: &str) -> Option<Value> {
         }
         "POST /api/v1/auth/app-portal-access/{app_id}" => json!({}),
         "POST /api/v1/app/{app_id}/api-key" => json!({}),
+        "POST /api/v1/operational-webhook/endpoint"
+        | "PUT /api/v1/operational-webhook/endpoint/{endpoint_id}" => {
+            json!({"url": "https://example.com/ops"})
+        }
+        "POST /api/v1/operational-webhook/endpoint/{endpoint_id}/secret/rotate" => json!({}),
+        "PUT /api/v1/operational-webhook/endpoint/{endpoint_id}/headers" => json!({"headers": {}}),
         "POST /api/v1/app/{app_id}/dead-letter/replay" => json!({}),
         _ => return None,
     })
@@ -77,6 +83,12 @@ fn expect_for(op: &str) -> Option<Expect> {
         // Scoped by the key: B's list shows none of A's tasks, and A's task is not found.
         "GET /api/v1/background-task" => Expect::ReadableNoTenantData,
         "GET /api/v1/background-task/{task_id}" => Expect::NotFound,
+        // B's own operational endpoints: the list and a create show none of A's; A's
+        // operational endpoint (by id) is not found, whatever B does to it.
+        "GET /api/v1/operational-webhook/endpoint" | "POST /api/v1/operational-webhook/endpoint" => {
+            Expect::ReadableNoTenantData
+        }
+        op if op.contains("/operational-webhook/endpoint/{endpoint_id}") => Expect::NotFound,
         _ => return None,
     })
 }
@@ -178,6 +190,18 @@ async fn every_route_refuses_another_tenants_key_and_ids() {
         .await;
     assert_eq!(s, StatusCode::ACCEPTED, "{task}");
     let task_id = task["id"].as_str().unwrap().to_string();
+    // A's own operational endpoint, made with A's key.
+    let a_key = common::tenant_key(&env, a_id, false).await;
+    let (s, oep) = api
+        .call(
+            Some(&a_key),
+            Method::POST,
+            "/api/v1/operational-webhook/endpoint",
+            Some(json!({"url": "https://example.com/a-ops", "uid": "a-ops"})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{oep}");
+    let oep_id = oep["id"].as_str().unwrap().to_string();
 
     // Tenant B and its key.
     let b_id = env.tenant("attacker").await.unwrap();
@@ -209,8 +233,13 @@ async fn every_route_refuses_another_tenants_key_and_ids() {
     );
 
     let fill = |p: &str, app: &str| {
+        let endpoint = if p.starts_with("/api/v1/operational-webhook/") {
+            oep_id.clone()
+        } else {
+            ep_id.to_string()
+        };
         p.replace("{app_id}", app)
-            .replace("{endpoint_id}", &ep_id.to_string())
+            .replace("{endpoint_id}", &endpoint)
             .replace("{msg_id}", &msg_id.to_string())
             .replace("{attempt_id}", &attempt_id)
             .replace("{key_id}", &key_id)
@@ -239,6 +268,8 @@ async fn every_route_refuses_another_tenants_key_and_ids() {
                         msg_id.to_string(),
                         "of-a".into(),
                         task_id.clone(),
+                        oep_id.clone(),
+                        "a-ops".into(),
                     ] {
                         assert!(!text.contains(&leak), "{op} shows A's {leak}: {text}");
                     }

@@ -31,6 +31,11 @@ async fn the_official_svix_python_sdk_works_unchanged() {
         .to_string();
 
     let env = TestEnv::new(2).await.unwrap();
+    // The test tiers retry twice: `message.attempt.failing` at the second failure (Svix: fourth).
+    hookstream_store::sqlx::query("UPDATE hookstream.settings SET operational_failing_after = 2")
+        .execute(&env.pool)
+        .await
+        .unwrap();
     let api = common::Api::start(common::api_config(&env)).await;
     let pipeline = common::start_pipeline(&env);
     let run = tokio::process::Command::new(&python)

@@ -42,12 +42,20 @@ pub async fn get_headers(
 ) -> ApiResult<axum::Json<EndpointHeadersOut>> {
     let tenant = tenant_of(&state, &who, &app_id).await?;
     let ep = endpoint_of(&state, tenant, &endpoint_id).await?;
+    headers_of(&state, ep.id).await
+}
+
+/// An endpoint's headers as shown (also an operational-webhook endpoint's).
+pub(crate) async fn headers_of(
+    state: &AppState,
+    endpoint: uuid::Uuid,
+) -> ApiResult<axum::Json<EndpointHeadersOut>> {
     let mut conn = state
         .pool
         .acquire()
         .await
         .map_err(hookstream_store::StoreError::from)?;
-    let headers = endpoint_headers::get(&mut conn, &state.sealer, ep.id).await?;
+    let headers = endpoint_headers::get(&mut conn, &state.sealer, endpoint).await?;
     Ok(axum::Json(shown(&headers)))
 }
 
@@ -67,8 +75,17 @@ pub async fn update_headers(
 ) -> ApiResult<StatusCode> {
     let tenant = tenant_of(&state, &who, &app_id).await?;
     let ep = endpoint_of(&state, tenant, &endpoint_id).await?;
+    replace_headers(&state, ep.id, input).await
+}
+
+/// Replaces an endpoint's headers (also an operational-webhook endpoint's).
+pub(crate) async fn replace_headers(
+    state: &AppState,
+    endpoint: uuid::Uuid,
+    input: EndpointHeadersIn,
+) -> ApiResult<StatusCode> {
     let next = EndpointHeaders::new(input.headers, &input.sensitive).map_err(refused)?;
-    endpoint_headers::update(&state.pool, &state.sealer, ep.id, |_| Ok(next))
+    endpoint_headers::update(&state.pool, &state.sealer, endpoint, |_| Ok(next))
         .await?
         .map_err(refused)?;
     Ok(StatusCode::NO_CONTENT)

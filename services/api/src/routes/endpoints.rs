@@ -71,7 +71,7 @@ pub(crate) fn stored(e: StoreError) -> ApiError {
 }
 
 /// `whsec_…` or bare base64 (Svix accepts both), as a secret.
-fn parse_secret(raw: &str, field: &str) -> ApiResult<Secret> {
+pub(crate) fn parse_secret(raw: &str, field: &str) -> ApiResult<Secret> {
     let text = if raw.starts_with("whsec_") {
         raw.to_string()
     } else {
@@ -291,6 +291,17 @@ pub async fn get_secret(
     who: Principal,
     Path((app_id, endpoint_id)): Path<(String, String)>,
 ) -> ApiResult<axum::Json<EndpointSecretOut>> {
+    let tenant = tenant_of(&state, &who, &app_id).await?;
+    let ep = endpoint_of(&state, tenant, &endpoint_id).await?;
+    secret_of(&state, &who, &ep).await
+}
+
+/// An endpoint's current secret (also an operational-webhook endpoint's).
+pub(crate) async fn secret_of(
+    state: &AppState,
+    who: &Principal,
+    ep: &ManagedEndpoint,
+) -> ApiResult<axum::Json<EndpointSecretOut>> {
     // The secret signs webhooks: whoever holds it can forge them. Read-only access (a
     // read-only key, a read-only portal link) shows everything but it.
     if matches!(who, Principal::Tenant { read_only: true, .. }) {
@@ -298,8 +309,6 @@ pub async fn get_secret(
             "a read-only key cannot read signing secrets".into(),
         ));
     }
-    let tenant = tenant_of(&state, &who, &app_id).await?;
-    let ep = endpoint_of(&state, tenant, &endpoint_id).await?;
     let secret = endpoint_admin::current_secret(&state.pool, &state.sealer, ep.id).await?;
     Ok(axum::Json(EndpointSecretOut { key: secret.expose() }))
 }
@@ -320,6 +329,15 @@ pub async fn rotate_secret(
 ) -> ApiResult<axum::Json<EndpointSecretOut>> {
     let tenant = tenant_of(&state, &who, &app_id).await?;
     let ep = endpoint_of(&state, tenant, &endpoint_id).await?;
+    rotate(&state, &ep, input).await
+}
+
+/// Rotates an endpoint's secret (also an operational-webhook endpoint's).
+pub(crate) async fn rotate(
+    state: &AppState,
+    ep: &ManagedEndpoint,
+    input: EndpointSecretRotateIn,
+) -> ApiResult<axum::Json<EndpointSecretOut>> {
     let grace = input.grace_period_seconds.unwrap_or(86_400);
     if grace > 604_800 {
         return Err(ApiError::body(

@@ -11,6 +11,7 @@ pub(crate) mod event_types;
 pub(crate) mod extensions;
 pub(crate) mod health;
 pub(crate) mod messages;
+pub(crate) mod operational_webhooks;
 
 use std::collections::BTreeMap;
 
@@ -159,6 +160,18 @@ pub fn build() -> OpenApiRouter<AppState> {
         .routes(routes!(auth::logout))
         .routes(routes!(health::health))
         .routes(routes!(health::ping))
+        .routes(routes!(operational_webhooks::list, operational_webhooks::create))
+        .routes(routes!(
+            operational_webhooks::get,
+            operational_webhooks::update,
+            operational_webhooks::delete
+        ))
+        .routes(routes!(operational_webhooks::get_secret))
+        .routes(routes!(operational_webhooks::rotate_secret))
+        .routes(routes!(
+            operational_webhooks::get_headers,
+            operational_webhooks::update_headers
+        ))
         .routes(routes!(extensions::list_keys, extensions::create_key))
         .routes(routes!(extensions::revoke_key))
         .routes(routes!(extensions::list_dead_letters))

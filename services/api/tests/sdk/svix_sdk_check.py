@@ -9,7 +9,8 @@ every day (issue 40): custom endpoint headers (sent on every delivery, sensitive
 read back), channels and tags, scheduled sends (`deliverAt`, never early, within a second),
 payload filters (Hookstream's extension, through plain HTTP: the SDK has no field for them)
 and payloads delivered byte for byte, replay of what an endpoint missed while disabled, bulk replay,
-and the background tasks they return. Exits non-zero on the first failure.
+and the background tasks they return, and operational webhooks (an operator's and a tenant's).
+Exits non-zero on the first failure.
 """
 
 import datetime
@@ -35,6 +36,7 @@ from svix.api import (
     MessageGetOptions,
     MessageIn,
     MessageListOptions,
+    OperationalWebhookEndpointIn,
     RecoverIn,
     ReplayIn,
     Svix,
@@ -328,6 +330,7 @@ def migration_features(svix, http, app):
     step("a payload with unusual spacing, number formats and escapes arrives byte for byte, signed over those bytes")
 
     replays(svix, app)
+    operational(svix, http, app)
 
 
 def replays(svix, app):
@@ -384,6 +387,91 @@ def replays(svix, app):
     svix.endpoint.delete(app.id, rep.id)
     step("a second replay-missing sends nothing; bulk-replay resent all 4 delivered; tasks listed by type")
 
+
+
+def events_at(rx, secret):
+    """The operational events `rx` got, each verified with `secret`."""
+    with rx.lock:
+        got = list(rx.requests)
+    return [verify(secret, h, b) for h, b in got]
+
+
+def operational(svix, http, app):
+    """Operational webhooks: endpoint.* and message.attempt.*, Svix's shapes, signed with the
+    operational endpoint's own secret; a tenant's operational endpoint sees only its own."""
+    orx = Receiver()
+    oep = svix.operational_webhook.endpoint.create(OperationalWebhookEndpointIn(url=orx.url, description="ops"))
+    osecret = svix.operational_webhook.endpoint.get_secret(oep.id).key
+    assert svix.operational_webhook.endpoint.get(oep.id).description == "ops"
+    # A tenant's own operational endpoint, through a key of the application's tenant.
+    r = http.post(f"/api/v1/app/{app.id}/api-key", json={"name": "ops"})
+    assert r.status_code == 201, r.text
+    tenant = Svix(r.json()["token"], SvixOptions(server_url=SERVER))
+    trx = Receiver()
+    tep = tenant.operational_webhook.endpoint.create(
+        OperationalWebhookEndpointIn(url=trx.url, event_types=["endpoint.created", "endpoint.deleted"])
+    )
+    tsecret = tenant.operational_webhook.endpoint.get_secret(tep.id).key
+    assert [e.id for e in tenant.operational_webhook.endpoint.list().data] == [tep.id], "a tenant sees only its own"
+    assert {oep.id, tep.id} <= {e.id for e in svix.operational_webhook.endpoint.list().data}
+    other = svix.application.create(ApplicationIn(name="SDK other"))
+
+    target = Receiver()
+    ep = svix.endpoint.create(app.id, EndpointIn(url=target.url, uid="watched"))
+    svix.endpoint.patch(app.id, ep.id, EndpointPatch(description="changed"))
+    svix.endpoint.patch(app.id, ep.id, EndpointPatch(disabled=True))
+    svix.endpoint.patch(app.id, ep.id, EndpointPatch(disabled=False))
+    oth = svix.endpoint.create(other.id, EndpointIn(url=target.url))
+
+    def of_type(events, kind, **data):
+        return [e for e in events if e["type"] == kind and all(e["data"].get(k) == v for k, v in data.items())]
+
+    for kind in ("endpoint.created", "endpoint.updated", "endpoint.disabled", "endpoint.enabled"):
+        wait(f"{kind} at the operator's endpoint", lambda: of_type(events_at(orx, osecret), kind, endpointId=ep.id))
+    created = of_type(events_at(orx, osecret), "endpoint.created", endpointId=ep.id)[0]
+    assert created["data"] == {"appId": app.id, "appUid": "sdk-test", "endpointId": ep.id, "endpointUid": "watched"}, created
+    disabled = of_type(events_at(orx, osecret), "endpoint.disabled", endpointId=ep.id)[0]
+    assert disabled["data"]["trigger"] == "manual", disabled
+    wait("the other application's endpoint.created", lambda: of_type(events_at(orx, osecret), "endpoint.created", endpointId=oth.id))
+    wait("endpoint.created at the tenant's endpoint", lambda: of_type(events_at(trx, tsecret), "endpoint.created", endpointId=ep.id))
+    time.sleep(1)
+    tevents = events_at(trx, tsecret)
+    assert all(e["data"]["appId"] == app.id for e in tevents), f"another tenant's event reached a tenant: {tevents}"
+    assert {e["type"] for e in tevents} == {"endpoint.created"}, f"the tenant's event-type filter let through {tevents}"
+    step("operational webhooks: endpoint.created/updated/disabled/enabled in Svix's shape, signed; a tenant's sees only its own")
+
+    # A message that fails for good: failing (at the configured failure), then exhausted.
+    with target.lock:
+        target.status = 500
+    m = svix.message.create(app.id, MessageIn(event_type="ops.test", payload={"x": 1}, event_id="ops-evt-1"))
+    exhausted = wait(
+        "message.attempt.exhausted",
+        lambda: of_type(events_at(orx, osecret), "message.attempt.exhausted", msgId=m.id),
+        timeout=90,
+    )[0]
+    failing = of_type(events_at(orx, osecret), "message.attempt.failing", msgId=m.id)
+    assert failing, "message.attempt.failing before the last failure"
+    data = exhausted["data"]
+    assert (data["appId"], data["endpointId"], data["msgEventId"]) == (app.id, ep.id, "ops-evt-1"), data
+    assert data["lastAttempt"]["responseStatusCode"] == 500, data
+    attempt = svix.message_attempt.get(app.id, m.id, data["lastAttempt"]["id"])
+    assert attempt.response_status_code == 500, attempt
+    # One that fails, then succeeds: recovered.
+    m2 = svix.message.create(app.id, MessageIn(event_type="ops.test", payload={"x": 2}))
+    wait("two failures of the second message", lambda: len(target.of(m2.id)) >= 2)
+    with target.lock:
+        target.status = 204
+    wait(
+        "message.attempt.recovered",
+        lambda: of_type(events_at(orx, osecret), "message.attempt.recovered", msgId=m2.id),
+        timeout=90,
+    )
+    assert not any(b.startswith(b'{"data"') for _, b in target.requests), "an operational event reached the endpoint it is about"
+    svix.endpoint.delete(app.id, ep.id)
+    wait("endpoint.deleted", lambda: of_type(events_at(trx, tsecret), "endpoint.deleted", endpointId=ep.id))
+    svix.operational_webhook.endpoint.delete(oep.id)
+    tenant.operational_webhook.endpoint.delete(tep.id)
+    step("message.attempt.failing, .exhausted (its lastAttempt readable by id) and .recovered; endpoint.deleted")
 
 if __name__ == "__main__":
     try:
