@@ -13,6 +13,7 @@
 mod config;
 mod event_filter;
 mod input;
+mod payload_filter;
 mod proto;
 mod retry_after;
 mod signature;
@@ -20,6 +21,7 @@ mod ssrf;
 
 pub use config::config;
 pub use event_filter::event_filter;
+pub use payload_filter::payload_filter;
 pub use proto::proto;
 pub use retry_after::retry_after;
 pub use signature::signature;
@@ -34,6 +36,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("signature", signature),
     ("proto", proto),
     ("event_filter", event_filter),
+    ("payload_filter", payload_filter),
     ("ssrf", ssrf),
     ("retry_after", retry_after),
     ("config", config),

@@ -23,6 +23,7 @@ pub mod models;
 pub mod page;
 pub mod portal;
 mod routes;
+pub mod unimplemented;
 mod writer;
 
 use std::convert::Infallible;
@@ -288,10 +289,20 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
 }
 
 async fn not_found(method: Method, uri: axum::http::Uri) -> ApiError {
-    ApiError::NotFound(format!("no route {method} {}", uri.path()))
+    match unimplemented::matching(method.as_str(), uri.path()) {
+        Some(route) => ApiError::NotFound(format!(
+            "{method} {route} is a Svix route Hookstream does not implement (docs/api.md lists them)"
+        )),
+        None => ApiError::NotFound(format!("no route {method} {}", uri.path())),
+    }
 }
 
 async fn method_not_allowed(method: Method, uri: axum::http::Uri) -> Response {
+    // `POST …/msg/bulk-expunge` has the shape of `GET …/msg/{msg_id}`: a Svix route not
+    // implemented is a 404 saying so, not a 405.
+    if unimplemented::matching(method.as_str(), uri.path()).is_some() {
+        return not_found(method, uri).await.into_response();
+    }
     let mut r = ApiError::NotFound(format!("no route {method} {}", uri.path())).into_response();
     *r.status_mut() = StatusCode::METHOD_NOT_ALLOWED;
     r

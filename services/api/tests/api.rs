@@ -1575,3 +1575,31 @@ async fn message_creates_see_application_renames_and_deletes_at_once() {
         .await;
     assert_eq!(s, StatusCode::NOT_FOUND, "by id too: {b}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn svix_routes_hookstream_does_not_implement_answer_404_saying_so() {
+    let env = TestEnv::new(1).await.unwrap();
+    let api = Api::start(common::api_config(&env)).await;
+    for (method, template) in api::unimplemented::ROUTES {
+        let path: String = template
+            .split('/')
+            .map(|s| if s.starts_with('{') { "x1" } else { s })
+            .collect::<Vec<_>>()
+            .join("/");
+        let method: Method = method.parse().unwrap();
+        let body = (method != Method::GET && method != Method::DELETE).then(|| json!({}));
+        let (s, b) = api.op(method.clone(), &path, body).await;
+        assert_eq!(s, StatusCode::NOT_FOUND, "{method} {path}: {b}");
+        assert!(
+            b["detail"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("Hookstream does not implement"),
+            "{method} {path} says it is not implemented: {b}"
+        );
+    }
+    // An unknown path is a plain 404.
+    let (s, b) = api.op(Method::GET, "/api/v1/nothing-here", None).await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+    assert!(b["detail"].as_str().unwrap().starts_with("no route"), "{b}");
+}

@@ -41,6 +41,8 @@ struct ReceiverState {
     failing: AtomicBool,
     /// Every request: webhook-id, verified, status answered.
     got: Mutex<Vec<(String, bool, u16)>>,
+    /// Every request's `Authorization` header (the endpoint's custom header).
+    auth: Mutex<Vec<String>>,
 }
 
 const FAILURE_BODY: &str = "receiver says: out of cheese (error 42)";
@@ -66,6 +68,9 @@ async fn receive(State(st): State<Arc<ReceiverState>>, headers: HeaderMap, body:
         (StatusCode::OK, "ok".to_string())
     };
     st.got.lock().unwrap().push((id, verified, status.as_u16()));
+    if let Some(a) = headers.get("authorization").and_then(|v| v.to_str().ok()) {
+        st.auth.lock().unwrap().push(a.to_string());
+    }
     (status, [("x-receiver", "portal-test")], text)
 }
 
@@ -408,6 +413,9 @@ async fn the_portal_works_in_chromium() {
     browser.shot("02-add-endpoint-refused").await;
     browser.fill("#url", &hook_url).await;
     browser.fill("#event_types", "order.*").await;
+    browser
+        .fill("#headers", "Authorization: Bearer portal-s3cret\nX-Team: web")
+        .await;
     browser.click("form.stack button[type=submit]").await;
     let endpoint_page = browser.landed("/portal/endpoints/").await;
     assert_eq!(browser.h1().await, "Endpoint");
@@ -469,6 +477,42 @@ async fn the_portal_works_in_chromium() {
         "the receiver got a verified delivery"
     );
 
+    // 4b. Custom headers: sent, shown masked; the edit form keeps a masked value; channels and
+    // a payload filter are shown and saved.
+    assert!(
+        receiver
+            .auth
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|a| a == "Bearer portal-s3cret"),
+        "the custom header was sent"
+    );
+    browser.goto(&format!("{base}{endpoint_path}")).await;
+    let src = browser.source().await;
+    assert!(
+        src.contains("X-Team: web") && src.contains("Authorization: "),
+        "headers shown"
+    );
+    assert!(
+        !src.contains("portal-s3cret"),
+        "a sensitive header's value is never shown"
+    );
+    browser.goto(&format!("{base}{endpoint_path}/edit")).await;
+    assert!(
+        !browser.source().await.contains("portal-s3cret"),
+        "nor in the edit form"
+    );
+    browser.fill("#filter", r#"{"zzz": {"$exist": false}}"#).await;
+    browser.fill("#channels", "").await;
+    browser.click("form.stack button[type=submit]").await;
+    browser.landed(&endpoint_path).await;
+    let src = browser.source().await;
+    assert!(src.contains("Changes saved."), "{src}");
+    assert!(src.contains("$exist"), "the payload filter is shown");
+    assert!(src.contains("every message"), "no channels: every message");
+    browser.shot("04b-endpoint-headers-filter").await;
+
     // 5. Break the endpoint: a new test event fails for good, with the receiver's body shown.
     receiver.failing.store(true, Ordering::SeqCst);
     browser.goto(&format!("{base}{endpoint_path}")).await;
@@ -494,6 +538,17 @@ async fn the_portal_works_in_chromium() {
         )
         .await;
     assert!(src.contains(FAILURE_BODY), "the response body is shown");
+    assert!(
+        receiver
+            .auth
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|a| *a == "Bearer portal-s3cret")
+            .count()
+            >= 2,
+        "the masked header saved back kept its value"
+    );
     assert!(src.contains("x-receiver"), "the response headers are shown");
     assert!(src.contains("HTTP 500"));
     browser.shot("05-event-failed").await;

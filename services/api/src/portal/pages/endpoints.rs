@@ -2,7 +2,7 @@
 //! API's validation and SSRF rules, errors by the field), an endpoint's page (facts, chart,
 //! signing secret, test event, replay of its failed deliveries), and the changes.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use axum::extract::{Path, RawQuery, State};
@@ -10,6 +10,7 @@ use axum::response::Response;
 use chrono::{TimeDelta, Utc};
 use hookstream_signing::Secret;
 use hookstream_store::endpoint_admin::{self, EndpointPatch, ManagedEndpoint};
+use hookstream_store::endpoint_headers::{self, EndpointHeaders};
 use hookstream_store::{attempt_stats, breakers, event_types};
 use maud::{html, Markup};
 use serde::Deserialize;
@@ -142,10 +143,23 @@ pub struct EndpointForm {
     timeout_ms: String,
     #[serde(default)]
     max_in_flight: String,
+    /// Comma- or space-separated channels; empty: every message.
+    #[serde(default)]
+    channels: String,
+    /// A payload filter (JSON); empty: none.
+    #[serde(default)]
+    filter: String,
+    /// Custom headers, one `Name: value` a line; a sensitive one shows `MASK` as its value,
+    /// which, saved back, keeps the stored value.
+    #[serde(default)]
+    headers: String,
 }
 
+/// What a sensitive header's value shows in the form (and, saved back unchanged, keeps).
+const MASK: &str = "(hidden)";
+
 impl EndpointForm {
-    fn of(e: &ManagedEndpoint) -> Self {
+    fn of(e: &ManagedEndpoint, headers: &EndpointHeaders) -> Self {
         Self {
             url: e.url.clone(),
             description: e.description.clone(),
@@ -153,15 +167,44 @@ impl EndpointForm {
             rate: e.rate_limit_per_s.map(|r| r.to_string()).unwrap_or_default(),
             timeout_ms: e.timeout_ms.to_string(),
             max_in_flight: e.max_in_flight.to_string(),
+            channels: e.channels.join(", "),
+            filter: e
+                .payload_filter
+                .as_ref()
+                .map(|f| f.to_string())
+                .unwrap_or_default(),
+            headers: headers_text(headers),
         }
     }
 
+    fn channels(&self) -> Vec<String> {
+        words(&self.channels)
+    }
+
+    /// The headers typed, with masked values taken from `current` (the stored headers).
+    fn header_pairs(&self, current: &EndpointHeaders) -> Result<BTreeMap<String, String>, String> {
+        let stored: HashMap<String, String> = current
+            .pairs()
+            .into_iter()
+            .map(|(n, v)| (n.to_ascii_lowercase(), v))
+            .collect();
+        let mut out = BTreeMap::new();
+        for line in self.headers.lines().map(str::trim).filter(|l| !l.is_empty()) {
+            let (name, value) = line
+                .split_once(':')
+                .ok_or_else(|| format!("{line:?}: write each header as Name: value"))?;
+            let (name, value) = (name.trim(), value.trim());
+            let value = match stored.get(&name.to_ascii_lowercase()) {
+                Some(v) if value == MASK && current.is_sensitive(name) => v.clone(),
+                _ => value.to_string(),
+            };
+            out.insert(name.to_string(), value);
+        }
+        Ok(out)
+    }
+
     fn event_types(&self) -> Vec<String> {
-        self.event_types
-            .split(|c: char| c == ',' || c.is_whitespace())
-            .filter(|s| !s.is_empty())
-            .map(String::from)
-            .collect()
+        words(&self.event_types)
     }
 
     /// The API's input, or the fields that are not numbers.
@@ -182,6 +225,16 @@ impl EndpointForm {
                 }
             }
         };
+        let filter = match self.filter.trim() {
+            "" => None,
+            text => match serde_json::from_str::<serde_json::Value>(text) {
+                Ok(v) => Some(v),
+                Err(e) => {
+                    errors.0.insert("filter".into(), format!("must be JSON: {e}"));
+                    None
+                }
+            },
+        };
         let rate = num("rate", &self.rate, &mut errors);
         let timeout = num("timeout_ms", &self.timeout_ms, &mut errors);
         let cap = num("max_in_flight", &self.max_in_flight, &mut errors);
@@ -201,15 +254,34 @@ impl EndpointForm {
             uid: None,
             disabled: None,
             event_types: (!types.is_empty()).then_some(types),
-            channels: None,
+            channels: Some(self.channels()),
             secret: None,
             metadata: None,
             headers: None,
-            filter: None,
+            filter,
             timeout_ms: timeout.map(|t| t.clamp(i64::from(i32::MIN), i64::from(i32::MAX)) as i32),
             max_in_flight: cap.map(|t| t.clamp(i64::from(i32::MIN), i64::from(i32::MAX)) as i32),
         })
     }
+}
+
+/// Comma- or space-separated words.
+fn words(text: &str) -> Vec<String> {
+    text.split(|c: char| c == ',' || c.is_whitespace())
+        .filter(|s| !s.is_empty())
+        .map(String::from)
+        .collect()
+}
+
+/// Headers as the form shows them: sensitive values masked.
+fn headers_text(h: &EndpointHeaders) -> String {
+    h.pairs()
+        .into_iter()
+        .map(|(n, v)| {
+            let v = if h.is_sensitive(&n) { MASK.to_string() } else { v };
+            format!("{n}: {v}\n")
+        })
+        .collect()
 }
 
 /// Errors by form field (and `""` for the form as a whole).
@@ -217,6 +289,12 @@ impl EndpointForm {
 pub struct FieldErrors(HashMap<String, String>);
 
 impl FieldErrors {
+    fn one(field: &str, msg: String) -> Self {
+        let mut out = Self::default();
+        out.0.insert(field.to_string(), msg);
+        out
+    }
+
     /// The API's refusal, by the form field it is about; other errors pass through.
     fn from_api(e: ApiError) -> Result<Self, PortalError> {
         match e {
@@ -230,6 +308,9 @@ impl FieldErrors {
                         Some("throttleRate") => "rate",
                         Some("timeoutMs") => "timeout_ms",
                         Some("maxInFlight") => "max_in_flight",
+                        Some("channels") => "channels",
+                        Some("filter") => "filter",
+                        Some("headers") => "headers",
                         _ => "",
                     };
                     out.0.insert(field.to_string(), i.msg);
@@ -277,6 +358,15 @@ fn form_page(s: &Session, title: &str, action: &str, f: &EndpointForm, errors: &
             (field("rate", "Rate limit (deliveries per second)", "number", &f.rate, "Empty for no limit.", false))
             (field("timeout_ms", "Timeout (ms)", "number", &f.timeout_ms, "100 to 30000; empty for the default.", false))
             (field("max_in_flight", "Deliveries at once", "number", &f.max_in_flight, "1 to 1000; empty for the default.", false))
+            (field("channels", "Channels", "text", &f.channels, "Comma-separated; only messages sent to one of them are delivered. Empty for every message.", false))
+            (field("filter", "Payload filter", "text", &f.filter, "JSON, e.g. {\"amount\": {\"$gte\": 100}}; only payloads that match are delivered. Empty for none.", false))
+            div {
+                label for="headers" { "Custom headers" }
+                textarea id="headers" name="headers" rows="4" aria-invalid=[errors.0.get("headers").map(|_| "true")]
+                    aria-describedby="headers-hint" { (f.headers) }
+                (field_error("headers", errors.0.get("headers")))
+                p.hint id="headers-hint" { "One " code { "Name: value" } " a line, sent with every delivery (an " code { "Authorization" } " header, say). Secret values show as " code { (MASK) } ": leave it to keep the value." }
+            }
             div.actions {
                 button type="submit" { "Save" }
                 a.button.secondary href="/portal" { "Cancel" }
@@ -307,10 +397,22 @@ pub async fn new_form(s: Session) -> PortalResult {
 /// `POST /portal/endpoints`: the API's create (same checks, same store function).
 pub async fn create(State(state): State<AppState>, m: Mutation<EndpointForm>) -> PortalResult {
     let (s, f) = (m.session, m.form);
-    let input = match f.to_api() {
+    let mut input = match f.to_api() {
         Ok(i) => i,
         Err(errors) => return Ok(form_page(&s, "Add endpoint", "/portal/endpoints", &f, &errors)),
     };
+    match f.header_pairs(&EndpointHeaders::default()) {
+        Ok(h) => input.headers = (!h.is_empty()).then_some(h),
+        Err(e) => {
+            return Ok(form_page(
+                &s,
+                "Add endpoint",
+                "/portal/endpoints",
+                &f,
+                &FieldErrors::one("headers", e),
+            ))
+        }
+    }
     let result = async {
         let (fields, secret) = routes::endpoints::fields(&state, input).await?;
         endpoint_admin::create(
@@ -337,6 +439,19 @@ pub async fn create(State(state): State<AppState>, m: Mutation<EndpointForm>) ->
     }
 }
 
+/// An endpoint's custom headers, opened (only to show them masked or to keep masked values).
+async fn headers_of(state: &AppState, endpoint: Uuid) -> PortalResult<EndpointHeaders> {
+    let mut conn = state
+        .pool
+        .acquire()
+        .await
+        .map_err(hookstream_store::StoreError::from)
+        .map_err(ApiError::from)?;
+    Ok(endpoint_headers::get(&mut conn, &state.sealer, endpoint)
+        .await
+        .map_err(ApiError::from)?)
+}
+
 async fn endpoint(state: &AppState, s: &Session, raw: &str) -> PortalResult<ManagedEndpoint> {
     Ok(routes::endpoint_of(state, s.tenant, &id(raw)?.to_string()).await?)
 }
@@ -347,11 +462,12 @@ pub async fn edit_form(State(state): State<AppState>, s: Session, Path(raw): Pat
     if s.read_only {
         return Err(PortalError::ReadOnly);
     }
+    let headers = headers_of(&state, ep.id).await?;
     Ok(form_page(
         &s,
         "Edit endpoint",
         &format!("/portal/endpoints/{}", ep.id),
-        &EndpointForm::of(&ep),
+        &EndpointForm::of(&ep, &headers),
         &FieldErrors::default(),
     ))
 }
@@ -370,6 +486,23 @@ pub async fn update(
         Ok(i) => i,
         Err(errors) => return Ok(form_page(&s, "Edit endpoint", &action, &f, &errors)),
     };
+    // The headers typed (masked values kept), checked before anything is saved.
+    let current = headers_of(&state, ep.id).await?;
+    let next = match f
+        .header_pairs(&current)
+        .and_then(|h| EndpointHeaders::new(h, &current.shown().1).map_err(|e| e.to_string()))
+    {
+        Ok(h) => h,
+        Err(e) => {
+            return Ok(form_page(
+                &s,
+                "Edit endpoint",
+                &action,
+                &f,
+                &FieldErrors::one("headers", e),
+            ))
+        }
+    };
     let result = async {
         let types = input.event_types.clone().unwrap_or_default();
         routes::check_catalogue(&state, &types, "eventTypes").await?;
@@ -380,11 +513,17 @@ pub async fn update(
             rate_limit_per_s: Some(input.throttle_rate.map(i32::from)),
             timeout_ms: input.timeout_ms,
             max_in_flight: input.max_in_flight,
+            channels: input.channels.clone(),
+            payload_filter: Some(input.filter.clone()),
             ..Default::default()
         };
-        endpoint_admin::patch(&state.pool, &state.sealer, &state.policy, s.tenant, ep.id, &patch)
+        let ep = endpoint_admin::patch(&state.pool, &state.sealer, &state.policy, s.tenant, ep.id, &patch)
             .await
-            .map_err(routes::endpoints::stored)
+            .map_err(routes::endpoints::stored)?;
+        endpoint_headers::update(&state.pool, &state.sealer, ep.id, |_| Ok(next))
+            .await?
+            .map_err(routes::endpoint_headers::refused)?;
+        Ok::<_, ApiError>(ep)
     }
     .await;
     match result {
@@ -493,13 +632,18 @@ async fn detail(
             (0..n).map(move |i| (t.name.clone(), i))
         })
         .collect();
+    let headers = headers_of(state, ep.id).await?;
     let failed_default = (now - TimeDelta::hours(24)).format("%Y-%m-%dT%H:%M").to_string();
     let base = format!("/portal/endpoints/{}", ep.id);
     let body = html! {
         dl.facts {
             dt { "URL" } dd.url { code { (ep.url) } }
             @if !ep.description.is_empty() { dt { "Description" } dd { (ep.description) } }
-            dt { "Filter" } dd { (filter_text(&ep)) }
+            dt { "Event types" } dd { (filter_text(&ep)) }
+            dt { "Channels" } dd { @if ep.channels.is_empty() { span.muted { "every message" } } @else { code { (ep.channels.join(", ")) } } }
+            dt { "Payload filter" } dd { @if let Some(f) = &ep.payload_filter { code { (f.to_string()) } } @else { span.muted { "none" } } }
+            dt { "Custom headers" } dd { @if headers.pairs().is_empty() { span.muted { "none" } } @else {
+                ul.plain { @for (n, v) in headers.pairs() { li { code { (n) ": " @if headers.is_sensitive(&n) { span.muted { (MASK) } } @else { (v) } } } } } } }
             dt { "Status" } dd { (status_badge(&ep)) }
             @if let Some(r) = &ep.disabled_reason { dt { "Disabled reason" } dd { (r) } }
             dt { "Failing since" } dd { (opt_time(ep.failing_since)) }
