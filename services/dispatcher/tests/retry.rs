@@ -476,3 +476,73 @@ async fn a_retry_role_that_cannot_read_the_subscriptions_waits_instead_of_dead_l
     token.cancel();
     retrying.await.unwrap().unwrap();
 }
+
+/// Scheduled sends (`deliverAt`) through the retry tiers with production settings: the first
+/// three production tiers (5 s, 5 min, 30 min), jitter on (±20 %), and an always-failing
+/// endpoint's retries loading the 5 s tier meanwhile. Every scheduled event is first attempted
+/// after its time, never before, and 99 % of them within a second of it (the receiver's clock,
+/// which is the producer's: one machine).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scheduled_sends_are_never_early_and_on_time_through_production_tiers_with_jitter() {
+    const SCHEDULED: usize = 40;
+    const BACKGROUND: usize = 1_000;
+    let env = TestEnv::new(1).await.unwrap();
+    let tenant = env.tenant("t").await.unwrap();
+    let background = Receiver::start(Behaviour::Status(503)).await;
+    let scheduled = Receiver::start(Behaviour::Ok).await;
+    env.endpoint(tenant, &background, &["bg.*"]).await.unwrap();
+    env.endpoint(tenant, &scheduled, &["at.*"]).await.unwrap();
+    let mut cfg = common::retrying_config(&env, vec![5_000, 300_000, 1_800_000]);
+    cfg.retry.jitter = 0.2;
+    cfg.dispatcher.isolation.consecutive_failures = 1_000_000;
+    cfg.dispatcher.isolation.min_requests = 1_000_000;
+    let token = common::start_observed_pipeline(&env, cfg, prometheus::Registry::new());
+
+    let background_events: Vec<NewEvent> = (0..BACKGROUND)
+        .map(|i| NewEvent::new(tenant, "bg.x", json!({ "i": i })).aggregate("bg", (i % 50).to_string()))
+        .collect();
+    for chunk in background_events.chunks(500) {
+        env.publish(chunk).await.unwrap();
+    }
+    // Due 2 to 41 s ahead: some within the 5 s tier, most hopping through it several times.
+    let mut due_ms = std::collections::HashMap::new();
+    for i in 0..SCHEDULED {
+        let at = chrono::Utc::now() + chrono::Duration::milliseconds(2_000 + 1_000 * i as i64 + 137 * (i as i64 % 7));
+        let ids = env
+            .publish(&[NewEvent::new(tenant, "at.x", json!({ "i": i })).deliver_at(at)])
+            .await
+            .unwrap();
+        due_ms.insert(ids[0].to_string(), at.timestamp_millis() as f64);
+    }
+    assert!(
+        eventually(Duration::from_secs(90), || async {
+            scheduled.distinct().0.len() >= SCHEDULED
+        })
+        .await,
+        "every scheduled event delivered ({} of {SCHEDULED})",
+        scheduled.distinct().0.len()
+    );
+    let mut late: Vec<f64> = Vec::new();
+    for r in scheduled.received().iter().filter(|r| r.attempt == 1) {
+        let due = due_ms[&r.webhook_id];
+        assert!(
+            r.received_unix_ms >= due,
+            "{} attempted {:.3} s before its deliverAt",
+            r.webhook_id,
+            (due - r.received_unix_ms) / 1000.0
+        );
+        late.push((r.received_unix_ms - due) / 1000.0);
+    }
+    late.sort_by(f64::total_cmp);
+    let p99 = late[(late.len() * 99).div_ceil(100) - 1];
+    println!(
+        "scheduled sends: {} on time; lateness p50 {:.3} s, p99 {p99:.3} s, max {:.3} s; background attempts {}",
+        late.len(),
+        late[late.len() / 2],
+        late[late.len() - 1],
+        background.count()
+    );
+    assert!(p99 <= 1.0, "scheduled sends late by {p99:.3} s at p99: {late:?}");
+    assert!(background.count() >= BACKGROUND, "the background loaded the tiers");
+    token.cancel();
+}
