@@ -507,7 +507,8 @@ async fn scheduled_sends_are_never_early_and_on_time_through_production_tiers_wi
     // Due 2 to 41 s ahead: some within the 5 s tier, most hopping through it several times.
     let mut due_ms = std::collections::HashMap::new();
     for i in 0..SCHEDULED {
-        let at = chrono::Utc::now() + chrono::Duration::milliseconds(2_000 + 1_000 * i as i64 + 137 * (i as i64 % 7));
+        let at = chrono::Utc::now()
+            + chrono::Duration::milliseconds(2_000 + 1_000 * i as i64 + 137 * (i as i64 % 7));
         let ids = env
             .publish(&[NewEvent::new(tenant, "at.x", json!({ "i": i })).deliver_at(at)])
             .await
@@ -543,6 +544,9 @@ async fn scheduled_sends_are_never_early_and_on_time_through_production_tiers_wi
         background.count()
     );
     assert!(p99 <= 1.0, "scheduled sends late by {p99:.3} s at p99: {late:?}");
-    assert!(background.count() >= BACKGROUND, "the background loaded the tiers");
+    assert!(
+        background.count() >= BACKGROUND,
+        "the background loaded the tiers"
+    );
     token.cancel();
 }
