@@ -15,6 +15,20 @@ pub const REPLAY: &str = "endpoint.replay";
 pub const BULK_REPLAY: &str = "endpoint.bulk-replay";
 pub const RECOVER: &str = "endpoint.recover";
 
+/// How many tasks a tenant may have running at once unless configured otherwise
+/// (`api.max_running_tasks_per_tenant`).
+pub const DEFAULT_MAX_RUNNING_PER_TENANT: u32 = 3;
+
+/// A task's id as the API and the CLI show it (Svix's ids carry a type prefix).
+pub fn public_id(id: Uuid) -> String {
+    format!("qtask_{id}")
+}
+
+/// The task id in `text`: `qtask_<uuid>` as shown, or the bare uuid.
+pub fn parse_public_id(text: &str) -> Option<Uuid> {
+    Uuid::parse_str(text.strip_prefix("qtask_").unwrap_or(text)).ok()
+}
+
 /// What a task replays: its window and (bulk replays) the filters on what was sent.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Params {
@@ -53,6 +67,69 @@ pub struct Task {
 
 const COLUMNS: &str =
     "id, tenant_id, endpoint_id, kind, status, params, cursor, sent, skipped, error, created_at, updated_at";
+
+/// A field of [`Params`], for naming the bad one (each caller spells it its own way: the
+/// API as Svix's body field, the CLI as its flag).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ParamField {
+    Since,
+    Until,
+    EventTypes,
+    Channel,
+    Tag,
+    Status,
+    StatusCodeClass,
+}
+
+/// Parameters no task can run with: which field, and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field:?}: {reason}")]
+pub struct BadParam {
+    pub field: ParamField,
+    pub reason: &'static str,
+}
+
+/// At most this many event types in a bulk replay's filter.
+pub const MAX_EVENT_TYPES: usize = 100;
+/// A channel or tag filter is 1 to this many characters.
+pub const MAX_LABEL_LEN: usize = 128;
+
+impl Params {
+    /// The checks every way of starting a task applies: a window that can be (`until` after
+    /// `since`, `since` not after `now`) and filters in range.
+    pub fn check(&self, now: DateTime<Utc>) -> Result<(), BadParam> {
+        let bad = |field, reason| Err(BadParam { field, reason });
+        if self.until.is_some_and(|u| u <= self.since) {
+            return bad(ParamField::Until, "must be after since");
+        }
+        if self.since > now {
+            return bad(ParamField::Since, "must not be in the future");
+        }
+        if self.event_types.len() > MAX_EVENT_TYPES {
+            return bad(ParamField::EventTypes, "at most 100 event types");
+        }
+        for (field, v) in [(ParamField::Channel, &self.channel), (ParamField::Tag, &self.tag)] {
+            if v.as_ref()
+                .is_some_and(|v| v.is_empty() || v.len() > MAX_LABEL_LEN)
+            {
+                return bad(field, "must be 1 to 128 characters");
+            }
+        }
+        if self.status.is_some_and(|s| s > 2) {
+            return bad(ParamField::Status, "must be 0 (success), 1 (pending) or 2 (fail)");
+        }
+        if self
+            .status_code_class
+            .is_some_and(|c| ![0, 100, 200, 300, 400, 500].contains(&c))
+        {
+            return bad(
+                ParamField::StatusCodeClass,
+                "must be 0, 100, 200, 300, 400 or 500",
+            );
+        }
+        Ok(())
+    }
+}
 
 /// Refused: the tenant already has this many tasks running.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -248,4 +325,69 @@ pub async fn prune(pool: &PgPool, before: DateTime<Utc>, batch: i64) -> Result<u
     .execute(pool)
     .await?
     .rows_affected())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn check_names_the_field_that_cannot_be() {
+        let now = Utc::now();
+        let ok = Params {
+            since: now - chrono::Duration::hours(1),
+            ..Params::default()
+        };
+        assert_eq!(ok.check(now), Ok(()));
+        let field = |p: Params| p.check(now).unwrap_err().field;
+        assert_eq!(
+            field(Params {
+                until: Some(ok.since),
+                ..ok.clone()
+            }),
+            ParamField::Until
+        );
+        assert_eq!(
+            field(Params {
+                since: now + chrono::Duration::seconds(5),
+                ..ok.clone()
+            }),
+            ParamField::Since
+        );
+        assert_eq!(
+            field(Params {
+                event_types: vec!["a".into(); 101],
+                ..ok.clone()
+            }),
+            ParamField::EventTypes
+        );
+        assert_eq!(
+            field(Params {
+                channel: Some(String::new()),
+                ..ok.clone()
+            }),
+            ParamField::Channel
+        );
+        assert_eq!(
+            field(Params {
+                tag: Some("t".repeat(129)),
+                ..ok.clone()
+            }),
+            ParamField::Tag
+        );
+        assert_eq!(
+            field(Params {
+                status: Some(3),
+                ..ok.clone()
+            }),
+            ParamField::Status
+        );
+        assert_eq!(
+            field(Params {
+                status_code_class: Some(250),
+                ..ok.clone()
+            }),
+            ParamField::StatusCodeClass
+        );
+    }
 }

@@ -125,7 +125,7 @@ impl Default for ApiSettings {
             shutdown_grace_ms: 10_000,
             request_timeout_ms: 0,
             max_deliver_at_ahead_s: 7 * 86_400,
-            max_running_tasks_per_tenant: 3,
+            max_running_tasks_per_tenant: hookstream_store::background_tasks::DEFAULT_MAX_RUNNING_PER_TENANT,
             background_task_slots: 8,
         }
     }

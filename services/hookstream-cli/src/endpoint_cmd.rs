@@ -50,6 +50,16 @@ pub(crate) enum EndpointCmd {
     /// Per endpoint over a window: attempts, success rate, p50/p95/p99 latency, top error
     /// class and status, state; worst first (from the delivery log).
     Stats(attempts::StatsArgs),
+    /// Send the endpoint, once each and paced, the messages of the window it never had an
+    /// attempt at and its subscription takes (sent while it was disabled or before it
+    /// subscribed), with their own webhook-ids. A background task an API runs.
+    ReplayMissing(crate::tasks::Window),
+    /// Send the endpoint again, paced, the messages of the window it had attempts at,
+    /// optionally only some (by type, channel, tag, latest status). A background task.
+    BulkReplay(crate::tasks::BulkReplay),
+    /// Replay the endpoint's dead letters of the window (not yet replayed), paced, with their
+    /// webhook-ids. A background task.
+    Recover(crate::tasks::Window),
     /// Stop delivering to an endpoint.
     Disable { id: Uuid },
     /// Deliver to an endpoint again.
@@ -174,6 +184,9 @@ pub(crate) async fn run(
         }
         EndpointCmd::SetHeaders(a) => set_headers(a, pool, secrets_cfg).await?,
         EndpointCmd::Stats(_) => unreachable!("handled in attempts.rs"),
+        EndpointCmd::ReplayMissing(_) | EndpointCmd::BulkReplay(_) | EndpointCmd::Recover(_) => {
+            unreachable!("handled in tasks.rs")
+        }
         EndpointCmd::Disable { id } => {
             endpoints::set_enabled(pool, id, false, Some("disabled by an operator")).await?;
             println!("endpoint {id} disabled");

@@ -16,6 +16,7 @@ mod payload_arg;
 mod probe;
 mod publish;
 mod secrets;
+mod tasks;
 
 use std::path::PathBuf;
 
@@ -85,6 +86,9 @@ enum Command {
     /// Tenant API keys for the admin API.
     #[command(subcommand)]
     ApiKey(api_keys::ApiKeyCmd),
+    /// Background tasks (replays and recoveries) that API processes run: list, get, wait.
+    #[command(subcommand)]
+    Task(tasks::TaskCmd),
     /// GET a health URL (e.g. http://127.0.0.1:9100/readyz): exit 0 on a 2xx answer, else 1.
     /// For health checks in images without a shell or curl; reads no configuration.
     Probe(probe::ProbeArgs),
@@ -151,7 +155,7 @@ enum OutboxCmd {
     },
 }
 
-/// The CLI reads the services' [database], [kafka], [retry], [secrets],
+/// The CLI reads the services' [database], [kafka], [retry], [secrets], [api].max_running_tasks_per_tenant,
 /// [delivery].allow_cidrs, the sinks' group ids and its own [health], and ignores the rest.
 #[derive(Debug, Default, Serialize, Deserialize)]
 #[serde(default)]
@@ -164,6 +168,23 @@ struct CliConfig {
     dlq: CliSink,
     attempts: CliSink,
     health: health::HealthThresholds,
+    api: CliApi,
+}
+
+/// What the CLI needs of `[api]`: the cap on a tenant's running background tasks, which
+/// tasks started from the CLI count against as the API's do.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(default)]
+struct CliApi {
+    max_running_tasks_per_tenant: u32,
+}
+
+impl Default for CliApi {
+    fn default() -> Self {
+        Self {
+            max_running_tasks_per_tenant: hookstream_store::background_tasks::DEFAULT_MAX_RUNNING_PER_TENANT,
+        }
+    }
 }
 
 /// What the CLI needs of `[dlq]` and `[attempts]`: the sink's consumer group (empty: the
@@ -305,6 +326,16 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 Command::Attempts(AttemptsCmd::List(a)) => attempts::list(a, &pool).await,
                 Command::Event(EventCmd::Show(a)) => attempts::show(a, &pool).await,
                 Command::Endpoint(endpoint_cmd::EndpointCmd::Stats(a)) => attempts::stats(a, &pool).await,
+                Command::Endpoint(endpoint_cmd::EndpointCmd::ReplayMissing(w)) => {
+                    tasks::start(tasks::Start::ReplayMissing(w), &pool, cap(&cfg)?).await
+                }
+                Command::Endpoint(endpoint_cmd::EndpointCmd::BulkReplay(b)) => {
+                    tasks::start(tasks::Start::BulkReplay(b), &pool, cap(&cfg)?).await
+                }
+                Command::Endpoint(endpoint_cmd::EndpointCmd::Recover(w)) => {
+                    tasks::start(tasks::Start::Recover(w), &pool, cap(&cfg)?).await
+                }
+                Command::Task(cmd) => tasks::run(cmd, &pool).await,
                 Command::Endpoint(cmd) => {
                     let policy = hookstream_egress::AddressPolicy::new(cfg.delivery.allow_cidrs.clone());
                     endpoint_cmd::run(cmd, &pool, &cfg.secrets, &policy).await
@@ -314,6 +345,14 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 command => run_db(command, &pool, &cfg).await,
             }
         }
+    }
+}
+
+/// `api.max_running_tasks_per_tenant`, checked as the API checks it.
+fn cap(cfg: &CliConfig) -> anyhow::Result<u32> {
+    match cfg.api.max_running_tasks_per_tenant {
+        0 => bail!("api.max_running_tasks_per_tenant must be at least 1"),
+        n => Ok(n),
     }
 }
 
@@ -370,6 +409,7 @@ async fn run_db(command: Command, pool: &PgPool, cfg: &CliConfig) -> anyhow::Res
             unreachable!("handled in attempts.rs")
         }
         Command::Endpoint(_) => unreachable!("handled in endpoint_cmd.rs"),
+        Command::Task(_) => unreachable!("handled in tasks.rs"),
         Command::Event(EventCmd::Publish(_)) => unreachable!("handled in publish.rs"),
     }
     Ok(())

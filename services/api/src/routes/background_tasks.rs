@@ -5,8 +5,8 @@
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
-use chrono::{DateTime, Utc};
-use hookstream_store::background_tasks::{self, ListFilter, Params, Task};
+use chrono::Utc;
+use hookstream_store::background_tasks::{self, ListFilter, ParamField, Params, Task};
 use uuid::Uuid;
 
 use super::{check_catalogue, endpoint_of, tenant_of, Errors};
@@ -20,14 +20,15 @@ use crate::models::{
 use crate::page::PageReq;
 use crate::AppState;
 
-const ID_PREFIX: &str = "qtask_";
-
 fn task_id(id: Uuid) -> String {
-    format!("{ID_PREFIX}{id}")
+    background_tasks::public_id(id)
 }
 
+/// Only the prefixed form: the API's ids are typed.
 fn parse_task_id(s: &str) -> Option<Uuid> {
-    s.strip_prefix(ID_PREFIX).and_then(|u| Uuid::parse_str(u).ok())
+    s.starts_with("qtask_")
+        .then(|| background_tasks::parse_public_id(s))
+        .flatten()
 }
 
 fn status_of(t: &Task) -> BackgroundTaskStatus {
@@ -84,14 +85,20 @@ pub(crate) async fn start(
     })
 }
 
-fn check_window(since: DateTime<Utc>, until: Option<DateTime<Utc>>) -> ApiResult<()> {
-    if until.is_some_and(|u| u <= since) {
-        return Err(ApiError::body("until", "must be after since"));
-    }
-    if since > Utc::now() {
-        return Err(ApiError::body("since", "must not be in the future"));
-    }
-    Ok(())
+/// The store's checks of a task's parameters, as a 422 naming Svix's body field.
+fn check(params: &Params) -> ApiResult<()> {
+    params.check(Utc::now()).map_err(|e| {
+        let field = match e.field {
+            ParamField::Since => "since",
+            ParamField::Until => "until",
+            ParamField::EventTypes => "eventTypes",
+            ParamField::Channel => "channel",
+            ParamField::Tag => "tag",
+            ParamField::Status => "status",
+            ParamField::StatusCodeClass => "statusCodeClass",
+        };
+        ApiError::body(field, e.reason)
+    })
 }
 
 /// Replay missing webhooks
@@ -111,17 +118,17 @@ pub async fn replay_missing(
 ) -> ApiResult<impl IntoResponse> {
     let tenant = tenant_of(&state, &who, &app_id).await?;
     let ep = endpoint_of(&state, tenant, &endpoint_id).await?;
-    check_window(input.since, input.until)?;
-    if !ep.enabled {
-        return Err(ApiError::Conflict(
-            "the endpoint is disabled: enable it first".into(),
-        ));
-    }
     let params = Params {
         since: input.since,
         until: input.until,
         ..Params::default()
     };
+    check(&params)?;
+    if !ep.enabled {
+        return Err(ApiError::Conflict(
+            "the endpoint is disabled: enable it first".into(),
+        ));
+    }
     let out = start(
         &state,
         tenant,
@@ -150,47 +157,29 @@ pub async fn bulk_replay(
 ) -> ApiResult<impl IntoResponse> {
     let tenant = tenant_of(&state, &who, &app_id).await?;
     let ep = endpoint_of(&state, tenant, &endpoint_id).await?;
-    check_window(input.since, input.until)?;
-    if !ep.enabled {
-        return Err(ApiError::Conflict(
-            "the endpoint is disabled: enable it first".into(),
-        ));
-    }
     if input.status.is_some_and(|s| s > 3) {
         return Err(ApiError::body(
             "status",
             "must be 0 (success), 1 (pending), 2 (fail) or 3 (sending)",
         ));
     }
-    if input
-        .status_code_class
-        .is_some_and(|c| ![0, 100, 200, 300, 400, 500].contains(&c))
-    {
-        return Err(ApiError::body(
-            "statusCodeClass",
-            "must be 0, 100, 200, 300, 400 or 500",
-        ));
-    }
-    let event_types = input.event_types.unwrap_or_default();
-    if event_types.len() > 100 {
-        return Err(ApiError::body("eventTypes", "at most 100 event types"));
-    }
-    check_catalogue(&state, &event_types, "eventTypes").await?;
-    for (field, v) in [("channel", &input.channel), ("tag", &input.tag)] {
-        if v.as_ref().is_some_and(|v| v.is_empty() || v.len() > 128) {
-            return Err(ApiError::body(field, "must be 1 to 128 characters"));
-        }
-    }
     let params = Params {
         since: input.since,
         until: input.until,
-        event_types,
+        event_types: input.event_types.unwrap_or_default(),
         channel: input.channel,
         tag: input.tag,
         // Svix's 3 (sending) is an attempt in flight: Hookstream's pending.
         status: input.status.map(|s| if s == 3 { 1 } else { s }),
         status_code_class: input.status_code_class,
     };
+    check(&params)?;
+    if !ep.enabled {
+        return Err(ApiError::Conflict(
+            "the endpoint is disabled: enable it first".into(),
+        ));
+    }
+    check_catalogue(&state, &params.event_types, "eventTypes").await?;
     let out = start(
         &state,
         tenant,
@@ -218,12 +207,12 @@ pub async fn recover(
 ) -> ApiResult<impl IntoResponse> {
     let tenant = tenant_of(&state, &who, &app_id).await?;
     let ep = endpoint_of(&state, tenant, &endpoint_id).await?;
-    check_window(input.since, input.until)?;
     let params = Params {
         since: input.since,
         until: input.until,
         ..Params::default()
     };
+    check(&params)?;
     let out = start(
         &state,
         tenant,
