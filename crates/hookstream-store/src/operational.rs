@@ -23,6 +23,19 @@ pub const EVENT_TYPES: &[&str] = &[
     "message.attempt.recovered",
 ];
 
+/// Operational endpoints one scope (a tenant, or the operators) may have.
+pub const MAX_ENDPOINTS_PER_SCOPE: i64 = 10;
+
+/// The names in an operational endpoint's event-type filter that no operational event has
+/// (patterns with `*` are left to the filter's own checks).
+pub fn not_operational(types: &[String]) -> Vec<&str> {
+    types
+        .iter()
+        .map(String::as_str)
+        .filter(|t| !t.contains('*') && !EVENT_TYPES.contains(t))
+        .collect()
+}
+
 /// The channel a tenant's operational events are sent on.
 pub fn channel_of(tenant: Uuid) -> String {
     format!("tenant.{tenant}")

@@ -12,8 +12,8 @@ use hookstream_egress::AddressPolicy;
 use hookstream_routing::PayloadFilter;
 use hookstream_store::endpoint_admin::{self, EndpointPatch};
 use hookstream_store::endpoint_headers::{self, EndpointHeaders, HeaderError};
-use hookstream_store::endpoints;
 use hookstream_store::sqlx::PgPool;
+use hookstream_store::{endpoints, operational};
 use uuid::Uuid;
 
 use crate::publish::checked_channels;
@@ -30,8 +30,12 @@ pub(crate) enum EndpointCmd {
     /// their custom headers).
     List {
         /// Tenant id or name.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "operational")]
         tenant: Option<String>,
+        /// The operational-webhook endpoints (channel `tenant.<id>`: that tenant's; none:
+        /// the operators').
+        #[arg(long)]
+        operational: bool,
         #[arg(long)]
         json: bool,
     },
@@ -91,9 +95,14 @@ pub(crate) struct HeaderFlags {
 
 #[derive(Args)]
 pub(crate) struct EndpointCreate {
-    /// Tenant id or name.
-    #[arg(long)]
-    tenant: String,
+    /// Tenant id or name (with --operational: the tenant whose operational events it gets).
+    #[arg(long, required_unless_present = "operational")]
+    tenant: Option<String>,
+    /// An operational-webhook endpoint (as the API's /operational-webhook/endpoint): it gets
+    /// `endpoint.*` and `message.attempt.*` events about every tenant's endpoints, or with
+    /// --tenant about that tenant's only. --event-types narrows them.
+    #[arg(long, conflicts_with = "channels")]
+    operational: bool,
     #[arg(long)]
     url: String,
     /// Comma-separated filters such as `order.*,user.created`; empty means every type.
@@ -174,7 +183,17 @@ pub(crate) async fn run(
 ) -> anyhow::Result<()> {
     match cmd {
         EndpointCmd::Create(a) => create(a, pool, secrets_cfg, policy).await?,
-        EndpointCmd::List { tenant, json } => list(pool, tenant, json).await?,
+        EndpointCmd::List {
+            tenant,
+            operational,
+            json,
+        } => {
+            let tenant = match tenant {
+                Some(t) => Some(crate::resolve_tenant(pool, &t).await?),
+                None => operational.then_some(operational::OPERATIONAL_TENANT),
+            };
+            list(pool, tenant, json).await?
+        }
         EndpointCmd::Update(a) => update(a, pool, secrets_cfg, policy).await?,
         EndpointCmd::Headers { id, json } => {
             let sealer = secrets::sealer(secrets_cfg)?;
@@ -222,8 +241,32 @@ async fn create(
     secrets_cfg: &SecretsConfig,
     policy: &AddressPolicy,
 ) -> anyhow::Result<()> {
-    let tenant_id = crate::resolve_tenant(pool, &a.tenant).await?;
-    let channels = checked_channels(&a.channels)?;
+    let (tenant_id, channels) = if a.operational {
+        let unknown = operational::not_operational(&a.event_types);
+        if !unknown.is_empty() {
+            bail!(
+                "--event-types: {unknown:?} are not operational events (one of {:?})",
+                operational::EVENT_TYPES
+            );
+        }
+        let scope = match &a.tenant {
+            Some(t) => vec![operational::channel_of(crate::resolve_tenant(pool, t).await?)],
+            None => Vec::new(),
+        };
+        if operational::count_on(pool, &scope).await? >= operational::MAX_ENDPOINTS_PER_SCOPE {
+            bail!(
+                "at most {} operational webhook endpoints per tenant (and for the operators)",
+                operational::MAX_ENDPOINTS_PER_SCOPE
+            );
+        }
+        (operational::OPERATIONAL_TENANT, scope)
+    } else {
+        let tenant = a.tenant.as_deref().context("--tenant is required")?;
+        (
+            crate::resolve_tenant(pool, tenant).await?,
+            checked_channels(&a.channels)?,
+        )
+    };
     let payload_filter = a.filter.as_deref().map(filter_arg).transpose()?;
     let headers = if a.headers.headers.is_empty() && a.headers.sensitive.is_empty() {
         None
@@ -271,11 +314,7 @@ async fn create(
     Ok(())
 }
 
-async fn list(pool: &PgPool, tenant: Option<String>, json: bool) -> anyhow::Result<()> {
-    let tenant = match tenant {
-        Some(t) => Some(crate::resolve_tenant(pool, &t).await?),
-        None => None,
-    };
+async fn list(pool: &PgPool, tenant: Option<Uuid>, json: bool) -> anyhow::Result<()> {
     let all = endpoints::list(pool, tenant).await?;
     if json {
         println!("{}", serde_json::to_string(&all)?);

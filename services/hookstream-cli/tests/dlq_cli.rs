@@ -8,53 +8,15 @@ use hookstream_store::dead_letters::{self, Filter};
 use hookstream_store::outbox::NewEvent;
 use hookstream_testkit::{eventually, Behaviour, Receiver, TestEnv};
 use serde_json::json;
-use tokio_util::sync::CancellationToken;
-
-const SCHEDULE: &str = "[1000]";
 
 mod common;
 use common::Run;
 
 async fn hookstream(env: &TestEnv, args: &[&str]) -> Run {
     let mut c = common::against(env, &env.kafka.brokers);
-    c.env("HOOKSTREAM_RETRY__SCHEDULE_MS", SCHEDULE).args(args);
+    c.env("HOOKSTREAM_RETRY__SCHEDULE_MS", common::SCHEDULE)
+        .args(args);
     common::run(c).await
-}
-
-fn start(env: &TestEnv) -> CancellationToken {
-    let token = CancellationToken::new();
-    let relay = outbox_relay::Config {
-        database: env.database.clone(),
-        kafka: env.kafka.clone(),
-        ..Default::default()
-    };
-    let mut cfg = dispatcher::Config {
-        database: env.database.clone(),
-        kafka: env.kafka.clone(),
-        retry: hookstream_config::RetryConfig {
-            schedule_ms: vec![1_000],
-            jitter: 0.0,
-            ..env.retry.clone()
-        },
-        secrets: env.secrets.clone(),
-        ..Default::default()
-    };
-    cfg.delivery.allow_cidrs = vec!["127.0.0.0/8".parse().unwrap()];
-    cfg.dlq.sink_group_id = env.dlq_sink_group();
-    cfg.attempts.sink_group_id = env.attempt_sink_group();
-    let t = token.clone();
-    tokio::spawn(async move {
-        outbox_relay::run(relay, &prometheus::Registry::new(), Default::default(), t)
-            .await
-            .expect("relay runs");
-    });
-    let t = token.clone();
-    tokio::spawn(async move {
-        dispatcher::run(cfg, &prometheus::Registry::new(), Default::default(), t)
-            .await
-            .expect("dispatcher runs");
-    });
-    token
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -63,7 +25,7 @@ async fn dlq_list_show_stats_replay_and_event_resend() {
     let tenant = env.tenant("t").await.unwrap();
     let receiver = Receiver::start(Behaviour::Status(500)).await;
     let ep = env.endpoint(tenant, &receiver, &[]).await.unwrap();
-    let token = start(&env);
+    let token = common::start_pipeline(&env);
     let ids = env
         .publish(&[
             NewEvent::new(tenant, "order.created", json!({ "n": 1 })),

@@ -21,51 +21,10 @@ const MISSED: usize = 5;
 
 async fn hookstream(env: &TestEnv, args: &[&str]) -> Run {
     let mut c = common::against(env, &env.kafka.brokers);
-    c.env("HOOKSTREAM_RETRY__SCHEDULE_MS", "[1000]")
+    c.env("HOOKSTREAM_RETRY__SCHEDULE_MS", common::SCHEDULE)
         .env("HOOKSTREAM_API__MAX_RUNNING_TASKS_PER_TENANT", "1")
         .args(args);
     common::run(c).await
-}
-
-fn retry(env: &TestEnv) -> hookstream_config::RetryConfig {
-    hookstream_config::RetryConfig {
-        schedule_ms: vec![1_000],
-        jitter: 0.0,
-        ..env.retry.clone()
-    }
-}
-
-/// The relay and a dispatcher.
-fn start_pipeline(env: &TestEnv) -> CancellationToken {
-    let token = CancellationToken::new();
-    let relay = outbox_relay::Config {
-        database: env.database.clone(),
-        kafka: env.kafka.clone(),
-        ..Default::default()
-    };
-    let mut cfg = dispatcher::Config {
-        database: env.database.clone(),
-        kafka: env.kafka.clone(),
-        retry: retry(env),
-        secrets: env.secrets.clone(),
-        ..Default::default()
-    };
-    cfg.delivery.allow_cidrs = vec!["127.0.0.0/8".parse().unwrap()];
-    cfg.dlq.sink_group_id = env.dlq_sink_group();
-    cfg.attempts.sink_group_id = env.attempt_sink_group();
-    let t = token.clone();
-    tokio::spawn(async move {
-        outbox_relay::run(relay, &prometheus::Registry::new(), Default::default(), t)
-            .await
-            .expect("relay runs");
-    });
-    let t = token.clone();
-    tokio::spawn(async move {
-        dispatcher::run(cfg, &prometheus::Registry::new(), Default::default(), t)
-            .await
-            .expect("dispatcher runs");
-    });
-    token
 }
 
 /// An API process: what runs the tasks the CLI starts.
@@ -73,7 +32,7 @@ async fn start_api(env: &TestEnv) -> (CancellationToken, tokio::task::JoinHandle
     let mut cfg = api::Config {
         database: env.database.clone(),
         kafka: env.kafka.clone(),
-        retry: retry(env),
+        retry: common::retry(env),
         secrets: env.secrets.clone(),
         ..Default::default()
     };
@@ -116,7 +75,7 @@ async fn replay_missing_bulk_replay_and_recover_from_the_shell() {
     let receiver = Receiver::start(Behaviour::Ok).await;
     let ep = env.endpoint(tenant, &receiver, &[]).await.unwrap().to_string();
     hookstream(&env, &["endpoint", "disable", &ep]).await.ok();
-    let pipeline = start_pipeline(&env);
+    let pipeline = common::start_pipeline(&env);
 
     let events: Vec<NewEvent> = (0..MISSED)
         .map(|i| NewEvent::new(tenant, "order.created", json!({ "i": i })))

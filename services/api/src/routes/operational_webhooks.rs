@@ -26,7 +26,7 @@ use crate::page::PageReq;
 use crate::AppState;
 
 /// Operational endpoints one scope (a tenant, or the operators) may have.
-pub const MAX_PER_SCOPE: i64 = 10;
+pub const MAX_PER_SCOPE: i64 = operational::MAX_ENDPOINTS_PER_SCOPE;
 
 fn out(e: ManagedEndpoint) -> OperationalWebhookEndpointOut {
     OperationalWebhookEndpointOut {
@@ -66,10 +66,7 @@ async fn endpoint(state: &AppState, who: &Principal, endpoint_id: &str) -> ApiRe
 /// Only operational event types (or patterns over them).
 fn check_event_types(types: &[String]) -> ApiResult<()> {
     EventFilter::new(types).map_err(|e| ApiError::body("eventTypes", e))?;
-    let unknown: Vec<&String> = types
-        .iter()
-        .filter(|t| !t.contains('*') && !operational::EVENT_TYPES.contains(&t.as_str()))
-        .collect();
+    let unknown = operational::not_operational(types);
     if unknown.is_empty() {
         Ok(())
     } else {

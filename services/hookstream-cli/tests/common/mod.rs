@@ -6,6 +6,7 @@ use hookstream_testkit::process::service_env;
 use hookstream_testkit::TestEnv;
 use serde_json::Value;
 use tokio::process::Command;
+use tokio_util::sync::CancellationToken;
 
 /// What one run printed, and its exit code.
 pub struct Run {
@@ -56,4 +57,49 @@ pub async fn run(mut c: Command) -> Run {
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
     }
+}
+
+/// The retry schedule the CLI tests run with (one retry after a second): what
+/// `start_pipeline`'s dispatcher uses, and what `HOOKSTREAM_RETRY__SCHEDULE_MS` gives the CLI.
+pub const SCHEDULE: &str = "[1000]";
+
+pub fn retry(env: &TestEnv) -> hookstream_config::RetryConfig {
+    hookstream_config::RetryConfig {
+        schedule_ms: vec![1_000],
+        jitter: 0.0,
+        ..env.retry.clone()
+    }
+}
+
+/// The relay and a dispatcher (loopback receivers allowed), until the token is cancelled.
+pub fn start_pipeline(env: &TestEnv) -> CancellationToken {
+    let token = CancellationToken::new();
+    let relay = outbox_relay::Config {
+        database: env.database.clone(),
+        kafka: env.kafka.clone(),
+        ..Default::default()
+    };
+    let mut cfg = dispatcher::Config {
+        database: env.database.clone(),
+        kafka: env.kafka.clone(),
+        retry: retry(env),
+        secrets: env.secrets.clone(),
+        ..Default::default()
+    };
+    cfg.delivery.allow_cidrs = vec!["127.0.0.0/8".parse().unwrap()];
+    cfg.dlq.sink_group_id = env.dlq_sink_group();
+    cfg.attempts.sink_group_id = env.attempt_sink_group();
+    let t = token.clone();
+    tokio::spawn(async move {
+        outbox_relay::run(relay, &prometheus::Registry::new(), Default::default(), t)
+            .await
+            .expect("relay runs");
+    });
+    let t = token.clone();
+    tokio::spawn(async move {
+        dispatcher::run(cfg, &prometheus::Registry::new(), Default::default(), t)
+            .await
+            .expect("dispatcher runs");
+    });
+    token
 }
