@@ -21,6 +21,8 @@ SCENARIOS=(
   "steady|steady --events 20000 --rate 1000 --endpoints 1 --baseline"
   "max|max --events 50000 --seconds 10 --endpoints 1 --baseline"
   "fanout|fanout --events 5000 --baseline --baseline-variants polling-tuned"
+  "fanout10|fanout --endpoints 10 --events 20000"
+  "fanout10-filtered|fanout --endpoints 10 --events 20000 --payload-filter"
   "noisy-neighbour|noisy-neighbour --events 10000 --rate 500 --baseline --baseline-variants polling-tuned"
   "outage-recovery|outage-recovery --events 7000 --rate 100 --endpoints 1 --outage-s 60 --outage-rate-limit 200 --baseline --baseline-variants polling-tuned"
   "crash|crash --events 20000 --rate 500 --endpoints 1 --seed 7 --baseline --baseline-variants polling-tuned"
