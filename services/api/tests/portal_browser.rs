@@ -232,10 +232,20 @@ impl Browser {
 
     /// Waits until a navigation (after a click) lands on a path starting with `prefix`.
     async fn landed(&self, prefix: &str) -> url::Url {
+        self.landed_where(prefix, |path| path.starts_with(prefix)).await
+    }
+
+    /// Waits until the browser is at exactly `path` (a form posted from `path/edit` has landed
+    /// back on `path`: a prefix check would pass before the click's navigation starts).
+    async fn landed_at(&self, path: &str) -> url::Url {
+        self.landed_where(path, |p| p == path).await
+    }
+
+    async fn landed_where(&self, prefix: &str, at: impl Fn(&str) -> bool) -> url::Url {
         let start = Instant::now();
         loop {
             let u = self.client.current_url().await.unwrap();
-            if u.path().starts_with(prefix) {
+            if at(u.path()) {
                 // And the page is there.
                 self.client
                     .wait()
@@ -506,7 +516,7 @@ async fn the_portal_works_in_chromium() {
     browser.fill("#filter", r#"{"zzz": {"$exist": false}}"#).await;
     browser.fill("#channels", "").await;
     browser.click("form.stack button[type=submit]").await;
-    browser.landed(&endpoint_path).await;
+    browser.landed_at(&endpoint_path).await;
     let src = browser.source().await;
     assert!(src.contains("Changes saved."), "{src}");
     assert!(src.contains("$exist"), "the payload filter is shown");
@@ -724,7 +734,54 @@ async fn the_portal_works_in_chromium() {
         StatusCode::GONE
     );
 
+    // 10b. A session opened from a link a tenant key minted ends when that key is revoked
+    // (and the session of the operator's link, still in the cookie jar, is replaced).
+    let login_url2 = common::portal_link(&api, "acme", false).await;
+    let (s, made) = api
+        .op(
+            Method::POST,
+            "/api/v1/app/acme/api-key",
+            Some(json!({"name": "portal-minter"})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{made}");
+    let (s, minted) = api
+        .call(
+            made["token"].as_str(),
+            Method::POST,
+            "/api/v1/auth/app-portal-access/acme",
+            Some(json!({})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{minted}");
+    browser.goto(minted["url"].as_str().unwrap()).await;
+    browser.click("#continue").await;
+    browser.wait_h1("Endpoints").await;
+    let (s, _) = api
+        .op(
+            Method::DELETE,
+            &format!("/api/v1/app/acme/api-key/{}", made["id"].as_str().unwrap()),
+            None,
+        )
+        .await;
+    assert_eq!(s, StatusCode::NO_CONTENT);
+    browser.goto(&format!("{base}/portal")).await;
+    assert_eq!(
+        browser.h1().await,
+        "Signed out",
+        "revoking the minting key ended the session"
+    );
+    browser.shot("15b-minting-key-revoked").await;
+
     // 11. Signing out ends the session.
+    browser.goto(&login_url2).await;
+    browser.click("#continue").await;
+    browser.wait_h1("Endpoints").await;
+    let cookie = browser
+        .client
+        .get_named_cookie("hs_portal")
+        .await
+        .expect("the session cookie");
     browser.goto(&format!("{base}/portal")).await;
     browser.click("form.logout button").await;
     browser.wait_h1("Signed out").await;
