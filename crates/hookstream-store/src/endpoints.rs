@@ -212,6 +212,12 @@ pub(crate) async fn insert_secret(
     Ok(())
 }
 
+/// Secrets that sign an endpoint's deliveries at once: the current one and the two before it
+/// still in their grace period. A rotation past this retires the oldest early (as if its grace
+/// period had ended) rather than being refused: rotating is what a tenant does when a secret
+/// leaked, and must never fail for that reason.
+pub const MAX_LIVE_SECRETS: usize = 3;
+
 /// Starts a secret rotation: a new secret signs from now on, beside the current ones, which
 /// expire after `overlap` (receivers update their copy meanwhile; every unexpired secret
 /// signs each delivery). Returns the new secret, shown once.
@@ -251,6 +257,20 @@ pub async fn rotate_secret_to(
     .execute(&mut *tx)
     .await?;
     insert_secret(&mut tx, sealer, id, &secret, None).await?;
+    // Every live secret signs every delivery: past the cap, the oldest still in their grace
+    // period retire now, so a tenant rotating in a loop costs the dispatchers at most
+    // `MAX_LIVE_SECRETS` HMACs per attempt.
+    sqlx::query(
+        "UPDATE hookstream.endpoint_secrets SET expires_at = now()
+          WHERE endpoint_id = $1 AND (expires_at IS NULL OR expires_at > now())
+            AND id NOT IN (SELECT id FROM hookstream.endpoint_secrets
+                            WHERE endpoint_id = $1 AND (expires_at IS NULL OR expires_at > now())
+                            ORDER BY id DESC LIMIT $2)",
+    )
+    .bind(id)
+    .bind(MAX_LIVE_SECRETS as i64)
+    .execute(&mut *tx)
+    .await?;
     tx.commit().await?;
     Ok(secret)
 }

@@ -146,6 +146,38 @@ async fn secrets_are_sealed_at_rest_and_rotate_with_an_overlap() {
         .unwrap();
     assert!(eventually(Duration::from_secs(30), || async { sealed_receiver.count() == 3 }).await);
     assert!(sealed_receiver.received()[2].verified, "the new secret verifies");
+
+    // Rotating in a loop does not make each delivery cost one HMAC per rotation: past
+    // `MAX_LIVE_SECRETS` the oldest retire early, and the newest signs.
+    let mut last = new_secret;
+    for _ in 0..25 {
+        last = endpoints::rotate_secret(&env.pool, &sealer, sealed_ep, Duration::from_secs(3600))
+            .await
+            .unwrap();
+    }
+    let live: i64 = hookstream_store::sqlx::query_scalar(
+        "SELECT count(*) FROM hookstream.endpoint_secrets
+          WHERE endpoint_id = $1 AND (expires_at IS NULL OR expires_at > now())",
+    )
+    .bind(sealed_ep)
+    .fetch_one(&env.pool)
+    .await
+    .unwrap();
+    assert_eq!(live, endpoints::MAX_LIVE_SECRETS as i64);
+    tokio::time::sleep(Duration::from_millis(500)).await; // the NOTIFY refresh
+    sealed_receiver.set_secret(&last.expose());
+    env.publish(&[NewEvent::new(tenant, "order.created", json!({ "n": 4 }))])
+        .await
+        .unwrap();
+    assert!(eventually(Duration::from_secs(30), || async { sealed_receiver.count() == 4 }).await);
+    let fourth = &sealed_receiver.received()[3];
+    assert!(fourth.verified, "the newest secret verifies");
+    assert_eq!(
+        fourth.signature.split(' ').count(),
+        endpoints::MAX_LIVE_SECRETS,
+        "signed with the live secrets only: {}",
+        fourth.signature
+    );
     token.cancel();
 }
 
