@@ -67,6 +67,9 @@ pub struct ApiKey {
     pub expires_at: Option<DateTime<Utc>>,
     pub last_used_at: Option<DateTime<Utc>>,
     pub revoked_at: Option<DateTime<Utc>>,
+    /// The tenant key that minted this app-portal token (none for tenant keys, and for
+    /// tokens an operator minted): revoking it revokes this one.
+    pub minted_by: Option<Uuid>,
 }
 
 impl ApiKey {
@@ -81,7 +84,7 @@ impl ApiKey {
 }
 
 const COLUMNS: &str =
-    "id, tenant_id, kind, name, prefix, read_only, created_at, expires_at, last_used_at, revoked_at";
+    "id, tenant_id, kind, name, prefix, read_only, created_at, expires_at, last_used_at, revoked_at, minted_by";
 
 /// The SHA-256 of a presented key: what is stored and looked up.
 pub fn hash(token: &str) -> [u8; 32] {
@@ -104,6 +107,8 @@ pub struct NewKey {
     pub name: String,
     pub read_only: bool,
     pub expires_at: Option<DateTime<Utc>>,
+    /// The tenant key minting this app-portal token, if a tenant key did.
+    pub minted_by: Option<Uuid>,
 }
 
 /// Makes a key; returns it with the key itself, which is not stored and not shown again.
@@ -115,8 +120,8 @@ pub async fn create(pool: &PgPool, new: &NewKey) -> Result<(ApiKey, String), Sto
     }
     let token = generate(new.kind);
     let key = sqlx::query_as::<_, ApiKey>(&format!(
-        "INSERT INTO hookstream.api_keys (id, tenant_id, kind, name, prefix, hash, read_only, expires_at)
-         SELECT $1, t.id, $3, $4, $5, $6, $7, $8 FROM hookstream.tenants t WHERE t.id = $2
+        "INSERT INTO hookstream.api_keys (id, tenant_id, kind, name, prefix, hash, read_only, expires_at, minted_by)
+         SELECT $1, t.id, $3, $4, $5, $6, $7, $8, $9 FROM hookstream.tenants t WHERE t.id = $2
          RETURNING {COLUMNS}"
     ))
     .bind(Uuid::now_v7())
@@ -127,6 +132,7 @@ pub async fn create(pool: &PgPool, new: &NewKey) -> Result<(ApiKey, String), Sto
     .bind(hash(&token).as_slice())
     .bind(new.read_only)
     .bind(new.expires_at)
+    .bind(new.minted_by)
     .fetch_optional(pool)
     .await
     .map_err(StoreError::from_db)?
@@ -161,17 +167,48 @@ pub async fn list(
     .await?)
 }
 
-/// Revokes a key (of `tenant` only, when given); revoking twice keeps the first time.
+/// Revokes a key (of `tenant` only, when given) and every app-portal token it minted, and so
+/// their portal sessions and unopened links; revoking twice keeps the first time. Returns the
+/// key.
 pub async fn revoke(pool: &PgPool, id: Uuid, tenant: Option<Uuid>) -> Result<ApiKey, StoreError> {
-    sqlx::query_as::<_, ApiKey>(&format!(
+    let mut revoked = sqlx::query_as::<_, ApiKey>(&format!(
         "UPDATE hookstream.api_keys SET revoked_at = coalesce(revoked_at, now())
-          WHERE id = $1 AND ($2::uuid IS NULL OR tenant_id = $2) RETURNING {COLUMNS}"
+          WHERE (id = $1 OR minted_by = $1) AND ($2::uuid IS NULL OR tenant_id = $2)
+            AND (id = $1 OR revoked_at IS NULL)
+          RETURNING {COLUMNS}"
     ))
     .bind(id)
     .bind(tenant)
-    .fetch_optional(pool)
-    .await?
-    .ok_or_else(|| StoreError::NotFound(format!("api key {id}")))
+    .fetch_all(pool)
+    .await?;
+    revoked
+        .iter()
+        .position(|k| k.id == id)
+        .map(|at| revoked.swap_remove(at))
+        .ok_or_else(|| StoreError::NotFound(format!("api key {id}")))
+}
+
+/// Ends a tenant's app-portal tokens (Svix's `expire-all`): those expiring later than `at`
+/// expire then, `at` being now or a moment ahead (tokens in use get a grace period). With
+/// `names`, only tokens minted with one of those `sessionId`s. Returns the tokens changed.
+pub async fn expire_portal_tokens(
+    pool: &PgPool,
+    tenant: Uuid,
+    at: DateTime<Utc>,
+    names: Option<&[String]>,
+) -> Result<Vec<Uuid>, StoreError> {
+    Ok(sqlx::query_scalar(
+        "UPDATE hookstream.api_keys SET expires_at = $2
+          WHERE tenant_id = $1 AND kind = 'portal' AND revoked_at IS NULL
+            AND (expires_at IS NULL OR expires_at > $2)
+            AND ($3::text[] IS NULL OR name = ANY($3))
+          RETURNING id",
+    )
+    .bind(tenant)
+    .bind(at)
+    .bind(names)
+    .fetch_all(pool)
+    .await?)
 }
 
 /// Records that these keys were used at `at` (never moves a time back).

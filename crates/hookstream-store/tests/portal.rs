@@ -19,6 +19,7 @@ async fn portal_key(env: &TestEnv, tenant: Uuid, expires_at: Option<DateTime<Utc
             name: String::new(),
             read_only: false,
             expires_at,
+            minted_by: None,
         },
     )
     .await
@@ -169,6 +170,7 @@ async fn links_and_sessions_end_with_their_app_portal_token() {
             name: String::new(),
             read_only: false,
             expires_at: None,
+            minted_by: None,
         },
     )
     .await

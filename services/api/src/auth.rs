@@ -191,10 +191,15 @@ impl Authenticator {
         Ok(key)
     }
 
-    /// Forgets a key at once (after revoking it here).
+    /// Forgets a key, and the portal tokens it minted, at once (after revoking it here).
     pub fn forget(&self, key_id: Uuid) {
+        self.forget_where(|k| k.id == key_id || k.minted_by == Some(key_id));
+    }
+
+    /// Forgets every cached key that `gone` says has changed.
+    pub fn forget_where(&self, gone: impl Fn(&ApiKey) -> bool) {
         let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
-        cache.retain(|_, c| c.key.as_ref().is_none_or(|k| k.id != key_id));
+        cache.retain(|_, c| c.key.as_ref().is_none_or(|k| !gone(k)));
     }
 
     /// Takes one request from the principal's rate.

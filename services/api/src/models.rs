@@ -780,6 +780,18 @@ pub struct AppPortalAccessOut {
     pub token: String,
 }
 
+/// Svix's `ApplicationTokenExpireIn`.
+#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ApplicationTokenExpireIn {
+    /// Seconds until the tokens expire (default 0: at once; at most 86400).
+    #[serde(default)]
+    pub expiry: Option<i64>,
+    /// Only the tokens minted with one of these `sessionId`s (at most 100).
+    #[serde(default)]
+    pub session_ids: Option<Vec<String>>,
+}
+
 // ---- Hookstream extensions ----
 
 #[derive(Debug, Clone, Deserialize, ToSchema)]

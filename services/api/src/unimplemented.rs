@@ -52,7 +52,6 @@ pub const ROUTES: &[(&str, &str)] = &[
         "POST",
         "/api/v1/app/{app_id}/poller/{sink_id}/consumer/{consumer_id}/seek",
     ),
-    ("POST", "/api/v1/auth/app/{app_id}/expire-all"),
     ("POST", "/api/v1/auth/stream-logout"),
     ("POST", "/api/v1/auth/stream-portal-access/{stream_id}"),
     ("POST", "/api/v1/auth/stream/{stream_id}/expire-all"),

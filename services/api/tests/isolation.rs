@@ -37,6 +37,7 @@ fn body_for(op: &str) -> Option<Value> {
         "POST /api/v1/app/{app_id}/endpoint" | "PUT /api/v1/app/{app_id}/endpoint/{endpoint_id}" => url,
         "PATCH /api/v1/app/{app_id}/endpoint/{endpoint_id}" => json!({"description": "x"}),
         "POST /api/v1/app/{app_id}/endpoint/{endpoint_id}/secret/rotate" => json!({}),
+        "POST /api/v1/auth/app/{app_id}/expire-all" => json!({}),
         "POST /api/v1/app/{app_id}/endpoint/{endpoint_id}/recover"
         | "POST /api/v1/app/{app_id}/endpoint/{endpoint_id}/replay-missing"
         | "POST /api/v1/app/{app_id}/endpoint/{endpoint_id}/bulk-replay" => {

@@ -73,6 +73,7 @@ pub async fn run(cmd: ApiKeyCmd, pool: &PgPool) -> anyhow::Result<()> {
                     expires_at: a
                         .expires_in_days
                         .map(|d| chrono::Utc::now() + chrono::Duration::days(i64::from(d))),
+                    minted_by: None,
                 },
             )
             .await?;

@@ -12,7 +12,7 @@ use super::Errors;
 use crate::auth::Principal;
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{Json, Path};
-use crate::models::{AppPortalAccessIn, AppPortalAccessOut};
+use crate::models::{AppPortalAccessIn, AppPortalAccessOut, ApplicationTokenExpireIn};
 use crate::AppState;
 
 /// Longest lifetime a portal token may ask for.
@@ -69,6 +69,11 @@ pub async fn app_portal_access(
     // A read-only caller can only hand out read-only access.
     let caller_read_only = matches!(who, Principal::Tenant { read_only: true, .. });
     let read_only = input.read_only.unwrap_or(false) || caller_read_only;
+    // Revoking the tenant key that mints the token revokes the token, its links and sessions.
+    let minted_by = match who {
+        Principal::Tenant { key_id, .. } => Some(key_id),
+        Principal::Operator { .. } => None,
+    };
     let (key, token) = api_keys::create(
         &state.pool,
         &NewKey {
@@ -77,6 +82,7 @@ pub async fn app_portal_access(
             name: within_bytes(input.session_id.unwrap_or_default(), 200),
             read_only,
             expires_at: Some(Utc::now() + chrono::Duration::seconds(expiry as i64)),
+            minted_by,
         },
     )
     .await?;
@@ -111,6 +117,62 @@ pub async fn logout(State(state): State<AppState>, who: Principal) -> ApiResult<
         }
         _ => Err(ApiError::Forbidden("only an app-portal token can log out".into())),
     }
+}
+
+/// Longest grace `expire-all` may give the tokens it ends.
+const MAX_EXPIRE_GRACE_S: i64 = 86_400;
+
+/// Most `sessionIds` one `expire-all` names.
+const MAX_EXPIRE_SESSION_IDS: usize = 100;
+
+/// Expire all of an application's portal tokens
+///
+/// Every app-portal token of the application (or only those minted with one of
+/// `sessionIds`) expires in `expiry` seconds (at once by default), and with it every portal
+/// session and unopened login link it made. Operators, or the application's tenant key.
+#[utoipa::path(post, path = "/api/v1/auth/app/{app_id}/expire-all", operation_id = "v1.authentication.expire-all", tag = "Authentication",
+    params(("app_id" = String, Path, description = "The application's id or uid")),
+    request_body = ApplicationTokenExpireIn,
+    responses((status = 204), Errors))]
+pub async fn expire_all(
+    State(state): State<AppState>,
+    who: Principal,
+    Path(app_id): Path<String>,
+    Json(input): Json<ApplicationTokenExpireIn>,
+) -> ApiResult<StatusCode> {
+    if matches!(
+        who,
+        Principal::Tenant {
+            kind: KeyKind::Portal,
+            ..
+        }
+    ) {
+        return Err(ApiError::Forbidden(
+            "an app-portal token cannot expire tokens: use the application's key".into(),
+        ));
+    }
+    let tenant = super::tenant_of(&state, &who, &app_id).await?;
+    let grace = input.expiry.unwrap_or(0);
+    if !(0..=MAX_EXPIRE_GRACE_S).contains(&grace) {
+        return Err(ApiError::body(
+            "expiry",
+            format!("must be 0 to {MAX_EXPIRE_GRACE_S} seconds"),
+        ));
+    }
+    if input
+        .session_ids
+        .as_ref()
+        .is_some_and(|ids| ids.len() > MAX_EXPIRE_SESSION_IDS)
+    {
+        return Err(ApiError::body(
+            "sessionIds",
+            format!("at most {MAX_EXPIRE_SESSION_IDS} session ids"),
+        ));
+    }
+    let at = Utc::now() + chrono::Duration::seconds(grace);
+    let ended = api_keys::expire_portal_tokens(&state.pool, tenant, at, input.session_ids.as_deref()).await?;
+    state.auth.forget_where(|k| ended.contains(&k.id));
+    Ok(StatusCode::NO_CONTENT)
 }
 
 /// `text` cut to at most `max` bytes, at a character boundary (a key's name is limited in

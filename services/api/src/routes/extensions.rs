@@ -83,6 +83,7 @@ pub async fn create_key(
             name: input.name.unwrap_or_default(),
             read_only: input.read_only.unwrap_or(false),
             expires_at: input.expires_at,
+            minted_by: None,
         },
     )
     .await

@@ -158,6 +158,7 @@ pub fn build() -> OpenApiRouter<AppState> {
         ))
         .routes(routes!(auth::app_portal_access))
         .routes(routes!(auth::logout))
+        .routes(routes!(auth::expire_all))
         .routes(routes!(health::health))
         .routes(routes!(health::ping))
         .routes(routes!(operational_webhooks::list, operational_webhooks::create))

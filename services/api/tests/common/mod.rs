@@ -172,6 +172,7 @@ pub async fn tenant_key(env: &TestEnv, tenant: uuid::Uuid, read_only: bool) -> S
             name: "test".into(),
             read_only,
             expires_at: None,
+            minted_by: None,
         },
     )
     .await
