@@ -37,6 +37,15 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Err(ApiError::BadRequest("the request needs a JSON body".into()));
     }
+    // Nesting is refused before any parser sees it: serde_json skips a raw `payload` without
+    // a depth limit, and PostgreSQL's JSON parser then runs out of stack (a 5xx a client
+    // would retry forever).
+    if let Some(TooDeep { at }) = deeper_than(bytes, MAX_BODY_DEPTH) {
+        return Err(ApiError::BadRequest(format!(
+            "the request body nests arrays and objects deeper than {MAX_BODY_DEPTH} levels \
+             (limit body_depth), at byte {at}"
+        )));
+    }
     // Every string of a body ends up in PostgreSQL text or jsonb, which cannot hold NUL: say
     // which field has one (`\u0000`, the only way JSON carries it) instead of failing the
     // statement. The scan is cheap; the walk runs only when the escape is there.
@@ -74,6 +83,45 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
             }
         }
     })
+}
+
+/// Deepest nesting of arrays and objects a body (payload included) may have: serde_json's
+/// own recursion limit, so every field parsed as a value parses.
+pub const MAX_BODY_DEPTH: usize = 128;
+
+/// Where a body first nests past the limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TooDeep {
+    pub at: usize,
+}
+
+/// Whether the JSON text nests arrays and objects deeper than `max` (a single scan that
+/// skips strings; malformed text is left to the parser).
+pub fn deeper_than(bytes: &[u8], max: usize) -> Option<TooDeep> {
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    for (at, &b) in bytes.iter().enumerate() {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > max {
+                    return Some(TooDeep { at });
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    None
 }
 
 /// Whether `\u0000` appears in the bytes (perhaps as the text of an escaped backslash: the
@@ -202,6 +250,26 @@ impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for Path<T>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn nesting_is_counted_outside_strings_only() {
+        let nested = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));
+        assert_eq!(deeper_than(nested(128).as_bytes(), 128), None);
+        assert_eq!(
+            deeper_than(nested(129).as_bytes(), 128),
+            Some(TooDeep { at: 128 })
+        );
+        let in_string = format!(r#"{{"a": "{}\" [[[", "b": [1]}}"#, "[".repeat(1000));
+        assert_eq!(deeper_than(in_string.as_bytes(), 2), None, "brackets in strings");
+        assert_eq!(
+            deeper_than(br#"{"a": {"b": {"c": 1}}}"#, 2),
+            Some(TooDeep { at: 12 })
+        );
+        let deep = format!(r#"{{"eventType": "a", "payload": {}}}"#, nested(100_000));
+        assert!(
+            matches!(parse_json::<serde_json::Value>(deep.as_bytes()), Err(ApiError::BadRequest(m)) if m.contains("body_depth"))
+        );
+    }
 
     #[derive(Debug, serde::Deserialize)]
     #[allow(dead_code)]
