@@ -90,6 +90,12 @@ const PRUNE_BATCH = 5000;
 // Longest webhook-id and ordering key stored: both are indexed, and PostgreSQL refuses index
 // entries beyond about 2.7 kB.
 const MAX_KEY_BYTES = 256;
+// The Rust crate's limits on `webhook-signature` (hookstream_signing::MAX_SIGNATURE_HEADER_BYTES,
+// MAX_SIGNATURE_ENTRIES): a longer header, or one with more `v1` entries, is refused before
+// any HMAC. `standardwebhooks` MACs the body once per verify(), so the work per request is
+// one pass over the body per secret, whatever the header carries.
+const MAX_SIGNATURE_HEADER_BYTES = 4096;
+const MAX_SIGNATURE_ENTRIES = 16;
 
 const MIGRATIONS_DIR = path.join(__dirname, "..", "..", "crates", "hookstream-inbox", "migrations");
 
@@ -248,7 +254,23 @@ function verificationReason(why) {
   const w = why.toLowerCase();
   if (w.includes("timestamp too")) return "timestamp";
   if (w.includes("signature found") || w.includes("signature matches")) return "signature";
+  if (w.includes("webhook-signature` header") && (w.includes("bytes") || w.includes("signatures"))) {
+    return "oversized_signature";
+  }
   return "header";
+}
+
+// Why `webhook-signature` is over the limits (the Rust crate's words), or null.
+function oversizedSignature(sig) {
+  const size = Buffer.byteLength(sig);
+  if (size > MAX_SIGNATURE_HEADER_BYTES) {
+    return `\`webhook-signature\` header is ${size} bytes, more than the ${MAX_SIGNATURE_HEADER_BYTES} accepted`;
+  }
+  const v1 = sig.split(/\s+/).filter((e) => e.startsWith("v1,")).length;
+  if (v1 > MAX_SIGNATURE_ENTRIES) {
+    return `\`webhook-signature\` header has more than ${MAX_SIGNATURE_ENTRIES} \`v1\` signatures`;
+  }
+  return null;
 }
 
 class Inbox {
@@ -263,8 +285,11 @@ class Inbox {
     this.wakers = new Set();
   }
 
-  // null when one of the secrets verifies; else why not.
+  // null when one of the secrets verifies; else why not. An oversized `webhook-signature` is
+  // refused before any HMAC.
   verify(body, headers) {
+    const oversized = oversizedSignature(String(headers["webhook-signature"] ?? ""));
+    if (oversized !== null) return oversized;
     let why = "no signature matches";
     for (const hook of this.hooks) {
       try {

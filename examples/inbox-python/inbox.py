@@ -111,6 +111,12 @@ PRUNE_BATCH = 5000
 # Longest webhook-id and ordering key stored: both are indexed, and PostgreSQL refuses index
 # entries beyond about 2.7 kB.
 MAX_KEY_BYTES = 256
+# The Rust crate's limits on `webhook-signature` (hookstream_signing::MAX_SIGNATURE_HEADER_BYTES,
+# MAX_SIGNATURE_ENTRIES): a longer header, or one with more `v1` entries, is refused before
+# any HMAC. `standardwebhooks` MACs the body once per verify(), so the work per request is
+# one pass over the body per secret, whatever the header carries.
+MAX_SIGNATURE_HEADER_BYTES = 4096
+MAX_SIGNATURE_ENTRIES = 16
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MIGRATIONS_DIR = os.path.join(HERE, "..", "..", "crates", "hookstream-inbox", "migrations")
@@ -331,7 +337,20 @@ def _verification_reason(why: str) -> str:
         return "timestamp"
     if "signature found" in why or "signature matches" in why:
         return "signature"
+    if "webhook-signature` header" in why and ("bytes" in why or "signatures" in why):
+        return "oversized_signature"
     return "header"
+
+
+def _oversized_signature(sig: str) -> t.Optional[str]:
+    """Why `webhook-signature` is over the limits (the Rust crate's words), or None."""
+    size = len(sig.encode())
+    if size > MAX_SIGNATURE_HEADER_BYTES:
+        return (f"`webhook-signature` header is {size} bytes, more than the "
+                f"{MAX_SIGNATURE_HEADER_BYTES} accepted")
+    if sum(1 for e in sig.split() if e.startswith("v1,")) > MAX_SIGNATURE_ENTRIES:
+        return f"`webhook-signature` header has more than {MAX_SIGNATURE_ENTRIES} `v1` signatures"
+    return None
 
 
 class Inbox:
@@ -348,7 +367,11 @@ class Inbox:
     # ---- receiving ----
 
     def verify(self, body: str, headers: t.Mapping[str, str]) -> t.Optional[str]:
-        """None when one of the secrets verifies; else why not."""
+        """None when one of the secrets verifies; else why not. An oversized
+        `webhook-signature` is refused before any HMAC."""
+        oversized = _oversized_signature(headers.get("webhook-signature", ""))
+        if oversized is not None:
+            return oversized
         why = "no signature matches"
         for hook in self.hooks:
             try:

@@ -20,7 +20,9 @@ pub struct InboxMetrics {
     pub received: IntCounterVec,
     /// Deliveries of a message already stored: answered 2xx, stored nothing.
     pub duplicates: IntCounterVec,
-    /// Deliveries refused with 401; `reason`: header, timestamp, signature.
+    /// Deliveries refused with 401; `reason`: header, timestamp, signature,
+    /// oversized_signature (a `webhook-signature` over the verified limits, refused before
+    /// any HMAC).
     pub verification_failures: IntCounterVec,
     /// Deliveries refused otherwise; `reason`: too_large (413), unreadable, not_json and
     /// too_long (400), unavailable (503: the database did not store it).
@@ -104,7 +106,7 @@ impl InboxMetrics {
             ),
             verification_failures: counter(
                 "hookstream_inbox_verification_failures_total",
-                "Deliveries refused with 401 (header, timestamp, signature)",
+                "Deliveries refused with 401 (header, timestamp, signature, oversized_signature)",
                 reason,
             ),
             rejected: counter(

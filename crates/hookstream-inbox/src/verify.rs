@@ -39,6 +39,24 @@ pub enum Rejection {
     /// 401: no signature matches any of the route's secrets.
     #[error("no signature matches")]
     BadSignature,
+    /// 401: `webhook-signature` is longer, or has more `v1` entries, than is verified
+    /// (`hookstream_signing::MAX_SIGNATURE_HEADER_BYTES`, `MAX_SIGNATURE_ENTRIES`). Refused
+    /// before any HMAC: no sender needs more, and each entry would cost a comparison.
+    #[error("{0}")]
+    OversizedSignature(String),
+}
+
+impl From<VerifyError> for Rejection {
+    fn from(e: VerifyError) -> Self {
+        match e {
+            VerifyError::BadHeader(h) => Rejection::BadHeader(h),
+            VerifyError::StaleTimestamp => Rejection::StaleTimestamp,
+            VerifyError::NoMatch => Rejection::BadSignature,
+            VerifyError::SignatureHeaderTooLong(_) | VerifyError::TooManySignatures => {
+                Rejection::OversizedSignature(e.to_string())
+            }
+        }
+    }
 }
 
 impl Rejection {
@@ -46,14 +64,15 @@ impl Rejection {
         match self {
             Rejection::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Rejection::Unreadable(_) => StatusCode::BAD_REQUEST,
-            Rejection::BadHeader(_) | Rejection::StaleTimestamp | Rejection::BadSignature => {
-                StatusCode::UNAUTHORIZED
-            }
+            Rejection::BadHeader(_)
+            | Rejection::StaleTimestamp
+            | Rejection::BadSignature
+            | Rejection::OversizedSignature(_) => StatusCode::UNAUTHORIZED,
         }
     }
 
     /// The metric reason: `too_large`, `unreadable`, or for a 401 `header`, `timestamp`,
-    /// `signature`.
+    /// `signature`, `oversized_signature`.
     pub fn reason(&self) -> &'static str {
         match self {
             Rejection::TooLarge { .. } => "too_large",
@@ -61,6 +80,7 @@ impl Rejection {
             Rejection::BadHeader(_) => "header",
             Rejection::StaleTimestamp => "timestamp",
             Rejection::BadSignature => "signature",
+            Rejection::OversizedSignature(_) => "oversized_signature",
         }
     }
 
@@ -158,26 +178,10 @@ impl Verifier {
         let ts = header_str(headers, HEADER_TIMESTAMP).ok_or(Rejection::BadHeader(HEADER_TIMESTAMP))?;
         let sig = header_str(headers, HEADER_SIGNATURE).ok_or(Rejection::BadHeader(HEADER_SIGNATURE))?;
         let secrets = self.secrets.current();
-        let mut outcome = Err(Rejection::BadSignature);
-        for secret in secrets.iter() {
-            match hookstream_signing::verify(secret, id, ts, sig, &body, now_unix, self.tolerance_secs) {
-                Ok(()) => {
-                    outcome = Ok(());
-                    break;
-                }
-                // The same for every secret: no need to try the others.
-                Err(VerifyError::BadHeader(h)) => {
-                    outcome = Err(Rejection::BadHeader(h));
-                    break;
-                }
-                Err(VerifyError::StaleTimestamp) => {
-                    outcome = Err(Rejection::StaleTimestamp);
-                    break;
-                }
-                Err(VerifyError::NoMatch) => {}
-            }
-        }
-        outcome?;
+        // One HMAC over the body per secret, whatever the header carries; a header over
+        // the signing crate's limits is refused before any.
+        hookstream_signing::verify_any(&secrets, id, ts, sig, &body, now_unix, self.tolerance_secs)
+            .map_err(Rejection::from)?;
         // `verify` parsed it already.
         let timestamp = ts
             .trim()

@@ -617,6 +617,13 @@ async fn foreign_receiver(lang: &str) {
     assert_eq!(r.status(), 401, "{lang}: stale timestamp");
     let r = post_signed(&client, &url, &a, &"i".repeat(300), b"{}").await;
     assert_eq!(r.status(), 400, "{lang}: webhook-id too long to index");
+    // A valid signature behind decoys: over the entry or byte limit, refused before any HMAC.
+    let now = chrono::Utc::now().timestamp();
+    for (entries, what) in [(17, "17 v1 entries"), (120, "over 4,096 bytes")] {
+        let sig = common::oversized_signature(&a, "direct-decoys", now, b"{}", entries);
+        let r = common::post_with_signature(&client, &url, "direct-decoys", now, &sig, b"{}").await;
+        assert_eq!(r.status(), 401, "{lang}: {what}");
+    }
     for _ in 0..2 {
         let r = post_signed(&client, &url, &b, "direct-ok", br#"{"type":"note.added"}"#).await;
         assert_eq!(r.status(), 204, "{lang}: stored, then a duplicate");
@@ -764,9 +771,10 @@ async fn foreign_receiver(lang: &str) {
             refused(verification, "signature"),
             refused(verification, "timestamp"),
             refused(verification, "header"),
+            refused(verification, "oversized_signature"),
         ),
-        (1, 1, 0),
-        "{lang}: the other secret, the stale timestamp"
+        (1, 1, 0, 2),
+        "{lang}: the other secret, the stale timestamp, the two decoy headers"
     );
     let rejected = "hookstream_inbox_rejected_total";
     assert_eq!(

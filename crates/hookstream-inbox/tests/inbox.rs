@@ -92,6 +92,12 @@ async fn each_request_is_answered_for_what_it_is_and_stored_at_most_once() {
         .unwrap();
     assert_eq!(r.status(), 401);
     assert!(r.text().await.unwrap().contains("webhook-signature"));
+    // The valid signature behind 16 decoys: 17 entries, refused before any HMAC.
+    let now = chrono::Utc::now().timestamp();
+    let sig = common::oversized_signature(&secret, "msg_7", now, body, 16);
+    let r = common::post_with_signature(&client, url, "msg_7", now, &sig, body).await;
+    assert_eq!(r.status(), 401);
+    assert!(r.text().await.unwrap().contains("more than 16 `v1` signatures"));
     // Signed, but not JSON: 400. Too large: 413 (before verification: nothing read).
     let r = post_signed(&client, url, &secret, "msg_5", b"hello").await;
     assert_eq!(r.status(), 400);
@@ -110,7 +116,7 @@ async fn each_request_is_answered_for_what_it_is_and_stored_at_most_once() {
         .contains("webhook-id longer than 256 bytes"));
     // Only POST.
     assert_eq!(client.get(url).send().await.unwrap().status(), 405);
-    for id in ["msg_2", "msg_3", "msg_4", "msg_5", "msg_6"] {
+    for id in ["msg_2", "msg_3", "msg_4", "msg_5", "msg_6", "msg_7"] {
         assert_eq!(rows(id).await, 0, "{id} must not be stored");
     }
 
@@ -135,6 +141,13 @@ async fn each_request_is_answered_for_what_it_is_and_stored_at_most_once() {
         served.metric(
             "hookstream_inbox_verification_failures_total",
             &[src, ("reason", "header")]
+        ),
+        1.0
+    );
+    assert_eq!(
+        served.metric(
+            "hookstream_inbox_verification_failures_total",
+            &[src, ("reason", "oversized_signature")]
         ),
         1.0
     );

@@ -4,11 +4,16 @@
 //! keyed by the decoded secret. `webhook-signature` carries one `v1,<base64>` entry per
 //! active secret, space separated, so receivers keep working through a secret rotation.
 //! Secrets are `whsec_` + base64 of 24 to 64 random bytes.
+//!
+//! Verification costs one HMAC over the body per secret the receiver holds, never per entry
+//! of the header: a header longer than [`MAX_SIGNATURE_HEADER_BYTES`] or with more than
+//! [`MAX_SIGNATURE_ENTRIES`] `v1` entries is refused before any HMAC.
 
 #![forbid(unsafe_code)]
 
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine as _;
+use hmac::digest::CtOutput;
 use hmac::{Hmac, Mac};
 use rand::RngCore;
 use sha2::Sha256;
@@ -23,6 +28,14 @@ pub const HEADER_TIMESTAMP: &str = "webhook-timestamp";
 pub const HEADER_SIGNATURE: &str = "webhook-signature";
 /// Receivers accept timestamps this far from their own clock, in seconds.
 pub const DEFAULT_TOLERANCE_SECS: i64 = 5 * 60;
+
+/// Longest `webhook-signature` value verified, in bytes. A Standard Webhooks `v1` entry is
+/// 47 bytes; this is room for [`MAX_SIGNATURE_ENTRIES`] of them and other schemes' entries
+/// (an ed25519 `v1a` is 92). A longer header is refused before anything is decoded or MACed.
+pub const MAX_SIGNATURE_HEADER_BYTES: usize = 4096;
+/// Most `v1` entries compared in one `webhook-signature`: one per secret the sender signs
+/// with during a rotation (Hookstream sends at most 3). More is refused, not truncated.
+pub const MAX_SIGNATURE_ENTRIES: usize = 16;
 
 const PREFIX: &str = "whsec_";
 const MIN_KEY_LEN: usize = 24;
@@ -47,6 +60,12 @@ pub enum VerifyError {
     StaleTimestamp,
     #[error("no signature matches")]
     NoMatch,
+    /// The `webhook-signature` value is longer than [`MAX_SIGNATURE_HEADER_BYTES`].
+    #[error("`webhook-signature` header is {0} bytes, more than the {MAX_SIGNATURE_HEADER_BYTES} accepted")]
+    SignatureHeaderTooLong(usize),
+    /// The `webhook-signature` value has more than [`MAX_SIGNATURE_ENTRIES`] `v1` entries.
+    #[error("`webhook-signature` header has more than {MAX_SIGNATURE_ENTRIES} `v1` signatures")]
+    TooManySignatures,
 }
 
 /// A signing secret. `Debug` never prints the key.
@@ -88,6 +107,8 @@ impl Secret {
     }
 
     fn mac(&self, id: &str, timestamp: i64, body: &[u8]) -> HmacSha256 {
+        #[cfg(test)]
+        tests::MACS.with(|n| n.set(n.get() + 1));
         // HMAC accepts keys of any length, so this cannot fail.
         let mut mac = HmacSha256::new_from_slice(&self.key).expect("hmac takes any key length");
         mac.update(id.as_bytes());
@@ -123,9 +144,34 @@ pub fn signature_header<'a>(
 }
 
 /// Verifies a delivery the way a receiver must: timestamp within `tolerance_secs` of `now`,
-/// and at least one `v1` signature equal (in constant time) to ours.
+/// and at least one `v1` signature equal (in constant time) to ours. [`verify_any`] with
+/// one secret.
 pub fn verify(
     secret: &Secret,
+    id: &str,
+    timestamp: &str,
+    signatures: &str,
+    body: &[u8],
+    now_unix: i64,
+    tolerance_secs: i64,
+) -> Result<(), VerifyError> {
+    verify_any(
+        std::slice::from_ref(secret),
+        id,
+        timestamp,
+        signatures,
+        body,
+        now_unix,
+        tolerance_secs,
+    )
+}
+
+/// Verifies a delivery against any of `secrets` (a rotation): the headers are checked and
+/// `signatures` parsed once ([`parse_signatures`], refused over its limits before any HMAC),
+/// then the body is MACed once per secret and each MAC compared in constant time with every
+/// entry. The work is one pass over the body per secret, whatever the header carries.
+pub fn verify_any(
+    secrets: &[Secret],
     id: &str,
     timestamp: &str,
     signatures: &str,
@@ -146,28 +192,140 @@ pub fn verify(
     if !within {
         return Err(VerifyError::StaleTimestamp);
     }
-    let mut saw_v1 = false;
+    let entries = parse_signatures(signatures)?;
+    for secret in secrets {
+        // `CtOutput`'s equality is constant time.
+        let ours = secret.mac(id, ts, body).finalize();
+        if entries
+            .iter()
+            .any(|theirs| ours == CtOutput::new((*theirs).into()))
+        {
+            return Ok(());
+        }
+    }
+    Err(VerifyError::NoMatch)
+}
+
+/// The decoded `v1` signatures of a `webhook-signature` value, without any HMAC: refused
+/// when longer than [`MAX_SIGNATURE_HEADER_BYTES`] (before it is even split) or with more
+/// than [`MAX_SIGNATURE_ENTRIES`] `v1` entries, and `BadHeader` without any. Entries of
+/// other schemes are skipped; `v1` entries that are not base64 of 32 bytes are counted but
+/// dropped, since they can match nothing.
+pub fn parse_signatures(signatures: &str) -> Result<Vec<[u8; 32]>, VerifyError> {
+    if signatures.len() > MAX_SIGNATURE_HEADER_BYTES {
+        return Err(VerifyError::SignatureHeaderTooLong(signatures.len()));
+    }
+    let mut v1 = 0;
+    let mut decoded = Vec::new();
     for entry in signatures.split_whitespace() {
         let Some(sig) = entry.strip_prefix("v1,") else {
             continue;
         };
-        saw_v1 = true;
-        let Ok(raw) = B64.decode(sig) else { continue };
-        // `verify_slice` compares in constant time.
-        if secret.mac(id, ts, body).verify_slice(&raw).is_ok() {
-            return Ok(());
+        v1 += 1;
+        if v1 > MAX_SIGNATURE_ENTRIES {
+            return Err(VerifyError::TooManySignatures);
+        }
+        if let Some(raw) = B64
+            .decode(sig)
+            .ok()
+            .and_then(|raw| <[u8; 32]>::try_from(raw).ok())
+        {
+            decoded.push(raw);
         }
     }
-    if saw_v1 {
-        Err(VerifyError::NoMatch)
-    } else {
-        Err(VerifyError::BadHeader(HEADER_SIGNATURE))
+    if v1 == 0 {
+        return Err(VerifyError::BadHeader(HEADER_SIGNATURE));
     }
+    Ok(decoded)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::cell::Cell;
+
+    thread_local! {
+        /// HMACs computed on this thread (each test runs on its own): the work a request costs.
+        pub(super) static MACS: Cell<usize> = const { Cell::new(0) };
+    }
+
+    /// Runs `f` and returns what it returned and how many HMACs it computed.
+    fn counting_macs<T>(f: impl FnOnce() -> T) -> (T, usize) {
+        MACS.with(|n| n.set(0));
+        let out = f();
+        (out, MACS.with(Cell::get))
+    }
+
+    /// `n` well-formed `v1` entries that match nothing.
+    fn decoys(n: usize) -> Vec<String> {
+        (0..n)
+            .map(|i| format!("v1,{}", B64.encode([i as u8; 32])))
+            .collect()
+    }
+
+    // A sender's thousands of entries cost nothing but the refusal: no HMAC over the body.
+    #[test]
+    fn headers_over_the_limits_are_refused_before_any_mac() {
+        let s = Secret::generate();
+        let body = vec![b'x'; 1 << 20];
+        let many = decoys(10_000).join(" ");
+        let (got, macs) = counting_macs(|| verify(&s, "id", "10", &many, &body, 10, 300));
+        assert_eq!(got, Err(VerifyError::SignatureHeaderTooLong(many.len())));
+        assert_eq!(macs, 0);
+        assert!(got.unwrap_err().to_string().contains("4096"));
+
+        // Within the byte limit but over the entry count: short entries, still refused.
+        let short = vec!["v1,AAAA"; MAX_SIGNATURE_ENTRIES + 1].join(" ");
+        assert!(short.len() <= MAX_SIGNATURE_HEADER_BYTES);
+        let (got, macs) = counting_macs(|| verify(&s, "id", "10", &short, &body, 10, 300));
+        assert_eq!(got, Err(VerifyError::TooManySignatures));
+        assert_eq!(macs, 0);
+
+        // Exactly at the byte limit is accepted (padding other schemes' entries is not v1).
+        let mut at = signature_header([&s], "id", 10, b"{}");
+        while at.len() < MAX_SIGNATURE_HEADER_BYTES {
+            at.push(' ');
+        }
+        verify(&s, "id", "10", &at, b"{}", 10, 300).unwrap();
+        at.push('x');
+        assert_eq!(
+            verify(&s, "id", "10", &at, b"{}", 10, 300),
+            Err(VerifyError::SignatureHeaderTooLong(
+                MAX_SIGNATURE_HEADER_BYTES + 1
+            ))
+        );
+    }
+
+    // The body is MACed once per secret, however many entries the header carries: with the
+    // old loop, a header of 16 entries cost 16 passes over a 1 MiB body.
+    #[test]
+    fn one_mac_per_secret_whatever_the_entries() {
+        let s = Secret::generate();
+        let body = vec![b'x'; 1 << 20];
+        let header = decoys(MAX_SIGNATURE_ENTRIES).join(" ");
+        let (got, macs) = counting_macs(|| verify(&s, "id", "10", &header, &body, 10, 300));
+        assert_eq!(got, Err(VerifyError::NoMatch));
+        assert_eq!(macs, 1);
+    }
+
+    #[test]
+    fn a_valid_signature_verifies_at_any_position_within_the_cap() {
+        let s = Secret::generate();
+        let body = br#"{"a":1}"#;
+        let good = signature_header([&s], "id", 10, body);
+        for at in 0..MAX_SIGNATURE_ENTRIES {
+            // A `v1` that is not base64 counts towards the cap (and matches nothing)...
+            let mut entries = decoys(MAX_SIGNATURE_ENTRIES - 2);
+            entries.push("v1,not-base64!".into());
+            entries.insert(at, good.clone());
+            // ...another scheme's entry does not.
+            entries.push("v1a,c2lnbmF0dXJl".into());
+            let header = entries.join(" ");
+            let (got, macs) = counting_macs(|| verify(&s, "id", "10", &header, body, 10, 300));
+            assert_eq!(got, Ok(()), "at {at}");
+            assert_eq!(macs, 1);
+        }
+    }
 
     // The example from the Standard Webhooks specification.
     const SPEC_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";

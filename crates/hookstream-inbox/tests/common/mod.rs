@@ -100,10 +100,27 @@ pub async fn post_signed_at(
     body: &[u8],
     ts: i64,
 ) -> reqwest::Response {
-    let sig = standardwebhooks::Webhook::new(&secret.expose())
+    let sig = signed(secret, id, ts, body);
+    post_with_signature(client, url, id, ts, &sig, body).await
+}
+
+/// The `webhook-signature` an independent sender (the `standardwebhooks` crate) computes.
+pub fn signed(secret: &Secret, id: &str, ts: i64, body: &[u8]) -> String {
+    standardwebhooks::Webhook::new(&secret.expose())
         .unwrap()
         .sign(id, ts, body)
-        .unwrap();
+        .unwrap()
+}
+
+/// A delivery whose `webhook-signature` is exactly `sig`.
+pub async fn post_with_signature(
+    client: &reqwest::Client,
+    url: &str,
+    id: &str,
+    ts: i64,
+    sig: &str,
+    body: &[u8],
+) -> reqwest::Response {
     client
         .post(url)
         .header("content-type", "application/json")
@@ -338,4 +355,20 @@ pub async fn endpoint(
     .await
     .expect("endpoint created");
     (ep.id, secret)
+}
+
+/// A `webhook-signature` whose last entry is the valid one, behind `decoys` well-formed `v1`
+/// entries that match nothing: what a sender probing a receiver's CPU would send.
+pub fn oversized_signature(secret: &Secret, id: &str, ts: i64, body: &[u8], decoys: usize) -> String {
+    use base64::Engine as _;
+    let mut entries: Vec<String> = (0..decoys)
+        .map(|i| {
+            format!(
+                "v1,{}",
+                base64::engine::general_purpose::STANDARD.encode([i as u8; 32])
+            )
+        })
+        .collect();
+    entries.push(signed(secret, id, ts, body));
+    entries.join(" ")
 }
