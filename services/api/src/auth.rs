@@ -3,14 +3,16 @@
 //! `Authorization: Bearer <token>`. An operator token (configured as its SHA-256, compared in
 //! constant time) may do everything. A tenant key (`hsk_…`, or an app-portal token `hsp_…`)
 //! is looked up by its SHA-256 (the lookup, positive or negative, is cached for
-//! `api.key_cache_ms`, so a revoked key stops working within that time) and sees only its
+//! `api.key_cache_ms`, so a revoked key stops working within that time, in two bounded LRUs:
+//! keys found and hashes that matched none) and sees only its
 //! tenant: every handler resolves the application in its path through `Principal::scope`, and
 //! another tenant's application is "not found", never "forbidden". Read-only keys may only
-//! GET. Each key has its own request rate (governor; 429 with `Retry-After`).
+//! GET. Each key has its own request rate (governor; 429 with `Retry-After`), and each client
+//! address a budget of failed authentications (`crate::failed_auth`).
 //!
 //! Tokens are never logged: only a key's id appears in logs.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::num::NonZeroU32;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -21,6 +23,7 @@ use axum::http::{header, Method};
 use chrono::Utc;
 use governor::clock::{Clock, DefaultClock};
 use governor::{Quota, RateLimiter};
+use hashlink::LruCache;
 use hookstream_store::api_keys::{self, ApiKey, KeyKind};
 use hookstream_store::sqlx::PgPool;
 use sha2::{Digest, Sha256};
@@ -29,6 +32,7 @@ use uuid::Uuid;
 
 use crate::config::{parse_token_hash, ApiSettings};
 use crate::error::ApiError;
+use crate::failed_auth::{Client, FailedAuth};
 use crate::metrics::ApiMetrics;
 use crate::AppState;
 
@@ -89,23 +93,72 @@ type KeyedLimiter = RateLimiter<
     governor::middleware::NoOpMiddleware,
 >;
 
-/// A cached key lookup: the key, or none with that hash.
+/// A cached key lookup (a key found, or a hash that matched none) and when it was made.
 #[derive(Clone)]
-struct Cached {
-    key: Option<ApiKey>,
+struct Cached<T> {
+    value: T,
     at: Instant,
 }
 
-/// Most cached lookups kept (beyond it the cache starts afresh).
-const CACHE_MAX: usize = 50_000;
+/// Most keys found that are cached; the least recently used go first.
+pub const KEY_CACHE_MAX: usize = 50_000;
+/// Most hashes that matched no key that are cached. Kept apart from the keys found, so a
+/// flood of made-up tokens evicts only its own kind, never a key in use.
+pub const NEGATIVE_CACHE_MAX: usize = 10_000;
+
+/// The two caches of key lookups, both bounded LRUs.
+struct KeyCache {
+    found: LruCache<[u8; 32], Cached<ApiKey>>,
+    absent: LruCache<[u8; 32], Cached<()>>,
+}
+
+impl KeyCache {
+    fn new() -> Self {
+        Self {
+            found: LruCache::new(KEY_CACHE_MAX),
+            absent: LruCache::new(NEGATIVE_CACHE_MAX),
+        }
+    }
+
+    /// `Some(lookup)` when a lookup younger than `ttl` is cached.
+    fn get(&mut self, digest: &[u8; 32], ttl: Duration) -> Option<Option<ApiKey>> {
+        if let Some(c) = self.found.get(digest) {
+            if c.at.elapsed() < ttl {
+                return Some(Some(c.value.clone()));
+            }
+        }
+        if let Some(c) = self.absent.get(digest) {
+            if c.at.elapsed() < ttl {
+                return Some(None);
+            }
+        }
+        None
+    }
+
+    fn put(&mut self, digest: [u8; 32], key: Option<ApiKey>) {
+        let at = Instant::now();
+        match key {
+            Some(value) => {
+                self.absent.remove(&digest);
+                self.found.insert(digest, Cached { value, at });
+            }
+            None => {
+                self.found.remove(&digest);
+                self.absent.insert(digest, Cached { value: (), at });
+            }
+        }
+    }
+}
 
 pub struct Authenticator {
     operators: Vec<[u8; 32]>,
     pool: PgPool,
-    cache: Mutex<HashMap<[u8; 32], Cached>>,
+    cache: Mutex<KeyCache>,
     cache_ttl: Duration,
     limiter: Option<KeyedLimiter>,
     limit_operators: bool,
+    /// Failed authentications per client address.
+    pub(crate) failures: FailedAuth,
     /// Keys used since the last flush of `last_used_at`.
     used: Mutex<HashSet<Uuid>>,
     metrics: ApiMetrics,
@@ -128,33 +181,67 @@ impl Authenticator {
         Self {
             operators,
             pool,
-            cache: Mutex::new(HashMap::new()),
+            cache: Mutex::new(KeyCache::new()),
             cache_ttl: Duration::from_millis(cfg.key_cache_ms),
             limiter,
             limit_operators: cfg.rate_limit.operators,
+            failures: FailedAuth::new(&cfg.auth_failures, metrics.clone()),
             used: Mutex::new(HashSet::new()),
             metrics,
             answer,
         }
     }
 
-    /// Who `token` is, if anyone.
-    pub async fn authenticate(&self, token: &str) -> Result<Option<Principal>, ApiError> {
+    /// Who `token`, sent from `client`, is: `Ok(None)` for no one (counted against the
+    /// client's budget of failures), a 429 naming `api.auth_failures` when the client is
+    /// over it.
+    pub async fn authenticate_from(
+        &self,
+        token: &str,
+        client: Option<Client>,
+    ) -> Result<Option<Principal>, ApiError> {
+        let found = match self.authenticate_unthrottled(token, client).await? {
+            Some(who) => Some(who),
+            None => match self.failures.failed(client) {
+                Some(wait) => return Err(throttled(wait)),
+                None => None,
+            },
+        };
+        Ok(found)
+    }
+
+    /// `authenticate_from` without the failure's accounting: an operator token or a cached
+    /// key answers even for a blocked client; anything that needs the database does not.
+    async fn authenticate_unthrottled(
+        &self,
+        token: &str,
+        client: Option<Client>,
+    ) -> Result<Option<Principal>, ApiError> {
         let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
-        // Every configured hash is compared, in constant time, whatever matches.
-        let mut operator = None;
-        for (i, h) in self.operators.iter().enumerate() {
-            if bool::from(h.ct_eq(&digest)) && operator.is_none() {
-                operator = Some(i);
-            }
-        }
-        if let Some(token) = operator {
+        if let Some(token) = self.operator(&digest) {
             return Ok(Some(Principal::Operator { token }));
         }
         if !(token.starts_with("hsk_") || token.starts_with("hsp_")) {
             return Ok(None);
         }
-        let key = self.lookup(digest).await?;
+        let cached = self
+            .cache
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&digest, self.cache_ttl);
+        let key = match cached {
+            Some(Some(key)) => Some(key),
+            not_a_cached_key => {
+                // A blocked client learns nothing more, from the cache or the database.
+                if let Some(wait) = self.failures.blocked(client) {
+                    return Err(throttled(wait));
+                }
+                match not_a_cached_key {
+                    Some(_) => None,
+                    None => self.lookup(digest).await?,
+                }
+            }
+        };
         let now = Utc::now();
         Ok(key.filter(|k| k.is_active(now)).map(|k| {
             self.used.lock().unwrap_or_else(|p| p.into_inner()).insert(k.id);
@@ -167,27 +254,26 @@ impl Authenticator {
         }))
     }
 
-    async fn lookup(&self, digest: [u8; 32]) -> Result<Option<ApiKey>, ApiError> {
-        {
-            let cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some(c) = cache.get(&digest) {
-                if c.at.elapsed() < self.cache_ttl {
-                    return Ok(c.key.clone());
-                }
+    /// Which operator token `digest` is. Every configured hash is compared, in constant
+    /// time, whatever matches.
+    fn operator(&self, digest: &[u8; 32]) -> Option<usize> {
+        let mut operator = None;
+        for (i, h) in self.operators.iter().enumerate() {
+            if bool::from(h.ct_eq(digest)) && operator.is_none() {
+                operator = Some(i);
             }
         }
+        operator
+    }
+
+    /// The database's answer for `digest`, cached.
+    async fn lookup(&self, digest: [u8; 32]) -> Result<Option<ApiKey>, ApiError> {
+        self.metrics.key_lookups.inc();
         let key = api_keys::find_by_hash(&self.pool, &digest).await?;
-        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
-        if cache.len() >= CACHE_MAX {
-            cache.clear();
-        }
-        cache.insert(
-            digest,
-            Cached {
-                key: key.clone(),
-                at: Instant::now(),
-            },
-        );
+        self.cache
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .put(digest, key.clone());
         Ok(key)
     }
 
@@ -199,7 +285,15 @@ impl Authenticator {
     /// Forgets every cached key that `gone` says has changed.
     pub fn forget_where(&self, gone: impl Fn(&ApiKey) -> bool) {
         let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
-        cache.retain(|_, c| c.key.as_ref().is_none_or(|k| !gone(k)));
+        let stale: Vec<[u8; 32]> = cache
+            .found
+            .iter()
+            .filter(|(_, c)| gone(&c.value))
+            .map(|(digest, _)| *digest)
+            .collect();
+        for digest in stale {
+            cache.found.remove(&digest);
+        }
     }
 
     /// Takes one request from the principal's rate.
@@ -212,7 +306,10 @@ impl Authenticator {
         }
         limiter.check_key(&who.rate_key()).map_err(|not_until| {
             self.metrics.rate_limited.inc();
-            ApiError::RateLimited(not_until.wait_time_from(DefaultClock::default().now()))
+            ApiError::RateLimited {
+                wait: not_until.wait_time_from(DefaultClock::default().now()),
+                limit: "api.rate_limit.per_key_per_s",
+            }
         })
     }
 
@@ -224,6 +321,7 @@ impl Authenticator {
         if let Some(l) = &self.limiter {
             l.retain_recent();
         }
+        self.failures.tidy();
         let result =
             hookstream_store::answered(self.answer, api_keys::touch(&self.pool, &ids, Utc::now())).await;
         if result.is_err() {
@@ -245,14 +343,14 @@ impl FromRequestParts<AppState> for Principal {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
+        let client = state.auth.failures.client(parts);
         let Some(token) = bearer(parts) else {
             state.metrics.auth_failures.inc();
             return Err(ApiError::Unauthorized(
                 "missing credentials: send Authorization: Bearer <token>".into(),
             ));
         };
-        let Some(who) = state.auth.authenticate(token).await? else {
-            state.metrics.auth_failures.inc();
+        let Some(who) = state.auth.authenticate_from(token, client).await? else {
             return Err(ApiError::Unauthorized("invalid token".into()));
         };
         state.auth.admit(&who)?;
@@ -283,5 +381,89 @@ pub async fn flush_loop(
                 }
             }
         }
+    }
+}
+
+/// The 429 of a client over its budget of failed authentications.
+pub(crate) fn throttled(wait: Duration) -> ApiError {
+    ApiError::RateLimited {
+        wait,
+        limit: crate::failed_auth::LIMIT_KEY,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key() -> ApiKey {
+        ApiKey {
+            id: Uuid::new_v4(),
+            tenant_id: Uuid::new_v4(),
+            kind: "tenant".into(),
+            name: "k".into(),
+            prefix: "hsk_".into(),
+            read_only: false,
+            created_at: Utc::now(),
+            expires_at: None,
+            last_used_at: None,
+            revoked_at: None,
+            minted_by: None,
+        }
+    }
+
+    // Before, the one cache was cleared whole at 50,000 entries: a flood of made-up tokens
+    // made every key in use go back to the database.
+    #[test]
+    fn a_flood_of_unknown_hashes_evicts_no_key_in_use() {
+        let ttl = Duration::from_secs(60);
+        let mut cache = KeyCache::new();
+        let used = key();
+        cache.put([1; 32], Some(used.clone()));
+        for i in 0..(3 * NEGATIVE_CACHE_MAX as u32) {
+            let mut digest = [0u8; 32];
+            digest[..4].copy_from_slice(&i.to_be_bytes());
+            digest[31] = 0xff;
+            cache.put(digest, None);
+        }
+        assert_eq!(cache.absent.len(), NEGATIVE_CACHE_MAX);
+        assert_eq!(cache.get(&[1; 32], ttl).flatten().map(|k| k.id), Some(used.id));
+        // The newest absent hashes are remembered, the oldest forgotten.
+        let mut newest = [0u8; 32];
+        newest[..4].copy_from_slice(&(3 * NEGATIVE_CACHE_MAX as u32 - 1).to_be_bytes());
+        newest[31] = 0xff;
+        assert!(matches!(cache.get(&newest, ttl), Some(None)));
+        let mut oldest = [0u8; 32];
+        oldest[31] = 0xff;
+        assert!(cache.get(&oldest, ttl).is_none());
+    }
+
+    #[test]
+    fn keys_found_are_bounded_least_recently_used_first() {
+        let ttl = Duration::from_secs(60);
+        let mut cache = KeyCache::new();
+        let digest = |i: u32| {
+            let mut d = [0u8; 32];
+            d[..4].copy_from_slice(&i.to_be_bytes());
+            d
+        };
+        let k = key();
+        for i in 0..(KEY_CACHE_MAX as u32 + 10) {
+            cache.put(digest(i), Some(k.clone()));
+            // Used all along: kept when older ones go.
+            let _ = cache.get(&digest(0), ttl);
+        }
+        assert_eq!(cache.found.len(), KEY_CACHE_MAX);
+        assert!(
+            cache.get(&digest(0), ttl).is_some(),
+            "the key used all along stays"
+        );
+        assert!(
+            cache.get(&digest(1), ttl).is_none(),
+            "the least recently used went"
+        );
+        // A lookup that found nothing replaces a cached key (revoked and deleted since).
+        cache.put(digest(0), None);
+        assert!(matches!(cache.get(&digest(0), ttl), Some(None)));
     }
 }

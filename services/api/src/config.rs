@@ -33,6 +33,8 @@ pub struct ApiSettings {
     pub operator_token_hashes: Vec<String>,
     /// Requests per key (an operator token or a tenant key).
     pub rate_limit: RateLimitSettings,
+    /// Failed authentications per client address (API tokens, portal links and sessions).
+    pub auth_failures: AuthFailureSettings,
     /// Largest request body. 0: the payload limit (`hookstream.settings.max_payload_bytes`,
     /// read at start) plus 64 KiB for the rest of a message.
     pub max_body_bytes: usize,
@@ -106,6 +108,7 @@ impl Default for ApiSettings {
             listen: "127.0.0.1:8080".into(),
             operator_token_hashes: Vec::new(),
             rate_limit: RateLimitSettings::default(),
+            auth_failures: AuthFailureSettings::default(),
             max_body_bytes: 0,
             enforce_event_types: false,
             message_retention_days: 30,
@@ -152,6 +155,31 @@ impl Default for RateLimitSettings {
     }
 }
 
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuthFailureSettings {
+    /// Failed authentications a client address may have per minute, sustained; past its
+    /// burst the address is answered 429 (without a key lookup) until the budget refills.
+    /// 0 turns the throttle off.
+    pub per_address_per_min: u32,
+    /// Failures an address may have at once above the sustained rate.
+    pub burst: u32,
+    /// A header naming the client when the API runs behind a proxy (`x-forwarded-for`: its
+    /// last address is used, the one the nearest proxy added). Empty: the TCP peer. Set it
+    /// only behind a proxy that sets the header, or clients choose their own address.
+    pub client_address_header: String,
+}
+
+impl Default for AuthFailureSettings {
+    fn default() -> Self {
+        Self {
+            per_address_per_min: 60,
+            burst: 30,
+            client_address_header: String::new(),
+        }
+    }
+}
+
 /// The digest bytes of an `operator_token_hashes` entry.
 pub fn parse_token_hash(entry: &str) -> Result<[u8; 32], String> {
     let hex_part = entry
@@ -175,6 +203,15 @@ impl Validate for ApiSettings {
         }
         if self.rate_limit.per_key_per_s > 0 && self.rate_limit.burst == 0 {
             return err("api.rate_limit.burst must be at least 1 when a rate is set".into());
+        }
+        if self.auth_failures.per_address_per_min > 0 && self.auth_failures.burst == 0 {
+            return err("api.auth_failures.burst must be at least 1 when a rate is set".into());
+        }
+        let header = &self.auth_failures.client_address_header;
+        if !header.is_empty() && axum::http::HeaderName::try_from(header.as_str()).is_err() {
+            return err(format!(
+                "api.auth_failures.client_address_header must be a header name, not {header:?}"
+            ));
         }
         for (key, value) in [
             (
@@ -323,6 +360,11 @@ mod tests {
             ("[api]\nportal_link_ttl_s = 0\n", "api.portal_link_ttl_s"),
             ("[api]\nportal_session_ttl_s = 0\n", "api.portal_session_ttl_s"),
             ("[api.rate_limit]\nburst = 0\n", "api.rate_limit.burst"),
+            ("[api.auth_failures]\nburst = 0\n", "api.auth_failures.burst"),
+            (
+                "[api.auth_failures]\nclient_address_header = \"x forwarded\"\n",
+                "api.auth_failures.client_address_header",
+            ),
             (
                 "[api]\ncors_allowed_origins = [\"*\"]\n",
                 "api.cors_allowed_origins",

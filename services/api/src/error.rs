@@ -51,8 +51,8 @@ pub enum ApiError {
     TooLarge(usize),
     /// 422: a field's value is refused.
     Validation(Vec<ValidationErrorItem>),
-    /// 429: over the key's rate; retry after this long.
-    RateLimited(Duration),
+    /// 429: over a rate (`limit` names its config key); retry after `wait`.
+    RateLimited { wait: Duration, limit: &'static str },
     /// 429: a tenant limit reached (the message names its config key); retry when something
     /// the tenant holds ends.
     OverLimit(String),
@@ -99,7 +99,7 @@ impl ApiError {
             ApiError::Conflict(_) => StatusCode::CONFLICT,
             ApiError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::Validation(_) => StatusCode::UNPROCESSABLE_ENTITY,
-            ApiError::RateLimited(_) | ApiError::OverLimit(_) => StatusCode::TOO_MANY_REQUESTS,
+            ApiError::RateLimited { .. } | ApiError::OverLimit(_) => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -175,7 +175,7 @@ fn code(e: &ApiError) -> &'static str {
         ApiError::Conflict(_) => "conflict",
         ApiError::TooLarge(_) => "payload_too_large",
         ApiError::Validation(_) => "validation",
-        ApiError::RateLimited(_) => "rate_limited",
+        ApiError::RateLimited { .. } => "rate_limited",
         ApiError::OverLimit(_) => "limit_reached",
         ApiError::Unavailable(_) => "unavailable",
         ApiError::Internal(_) => "internal",
@@ -190,13 +190,13 @@ impl IntoResponse for ApiError {
             ApiError::Validation(detail) => {
                 (status, axum::Json(HttpValidationError { detail })).into_response()
             }
-            ApiError::RateLimited(wait) => {
+            ApiError::RateLimited { wait, limit } => {
                 let secs = wait.as_secs_f64().ceil().max(1.0) as u64;
                 let mut r = (
                     status,
                     axum::Json(HttpErrorOut {
                         code,
-                        detail: format!("rate limit exceeded: retry in {secs} s"),
+                        detail: format!("rate limit exceeded ({limit}): retry in {secs} s"),
                     }),
                 )
                     .into_response();

@@ -17,6 +17,7 @@ mod background;
 pub mod config;
 pub mod error;
 mod extract;
+mod failed_auth;
 mod maintenance;
 pub mod metrics;
 pub mod models;
@@ -207,9 +208,12 @@ pub async fn run(
     let addr = listener.local_addr()?;
     supervisor.spawn("http", async move {
         let app = NormalizePathLayer::trim_trailing_slash().layer(app);
-        axum::serve(listener, axum::ServiceExt::<Request>::into_make_service(app))
-            .with_graceful_shutdown(async move { stop.cancelled().await })
-            .await?;
+        axum::serve(
+            listener,
+            axum::ServiceExt::<Request>::into_make_service_with_connect_info::<std::net::SocketAddr>(app),
+        )
+        .with_graceful_shutdown(async move { stop.cancelled().await })
+        .await?;
         Ok::<(), std::io::Error>(())
     });
     tracing::info!(listen = %addr, "api listening");

@@ -11,7 +11,13 @@ pub struct ApiMetrics {
     pub requests: IntCounterVec,
     /// `hookstream_api_request_duration_seconds{route}`.
     pub duration: HistogramVec,
+    /// Requests refused for missing or invalid credentials (401, and the 429s below).
     pub auth_failures: IntCounter,
+    /// Requests refused 429 because their address had too many failed authentications
+    /// (`api.auth_failures`): the failure over the budget and every request while blocked.
+    pub auth_throttled: IntCounter,
+    /// Tenant-key lookups that went to the database (a cache miss).
+    pub key_lookups: IntCounter,
     pub rate_limited: IntCounter,
     /// Messages created (not idempotent repeats).
     pub messages_created: IntCounter,
@@ -59,6 +65,22 @@ impl ApiMetrics {
                 IntCounter::new(
                     "hookstream_api_auth_failures_total",
                     "Requests refused for missing or invalid credentials",
+                )
+                .expect("valid metric"),
+            ),
+            auth_throttled: register(
+                r,
+                IntCounter::new(
+                    "hookstream_api_auth_throttled_total",
+                    "Requests refused with 429 for too many failed authentications from their address",
+                )
+                .expect("valid metric"),
+            ),
+            key_lookups: register(
+                r,
+                IntCounter::new(
+                    "hookstream_api_key_lookups_total",
+                    "Tenant-key lookups that missed the cache and went to the database",
                 )
                 .expect("valid metric"),
             ),

@@ -110,7 +110,7 @@ impl IntoResponse for PortalError {
                         tracing::warn!(error = %cause, "a dependency is unavailable (portal)");
                         "A service this page needs is unavailable: retry in a moment.".into()
                     }
-                    ApiError::RateLimited(wait) => {
+                    ApiError::RateLimited { wait, .. } => {
                         format!("Slow down: retry in {} s.", wait.as_secs().max(1))
                     }
                     ApiError::TooLarge(limit) => format!("The form is larger than {limit} bytes."),

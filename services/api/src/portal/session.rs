@@ -8,7 +8,9 @@
 //! address bar (and `Referrer-Policy: no-referrer` keeps it out of any Referer).
 //!
 //! `Session` is the extractor every page takes: the cookie's live session, its tenant (the
-//! scope of every query) and its request rate (governor, per session).
+//! scope of every query) and its request rate (governor, per session). A made-up session
+//! cookie or login token counts against its address's budget of failed authentications
+//! (`crate::failed_auth`), shared with the API's bearer tokens.
 
 use std::num::NonZeroU32;
 
@@ -26,6 +28,7 @@ use uuid::Uuid;
 use super::csrf;
 use super::error::{PortalError, PortalResult};
 use crate::config::ApiSettings;
+use crate::failed_auth::{Client, ClientAddress};
 use crate::AppState;
 
 /// The session cookie's name.
@@ -102,9 +105,11 @@ impl FromRequestParts<AppState> for Session {
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
         let id = cookie_value(&parts.headers).ok_or(PortalError::NoSession)?;
-        let grant = portal::find_session(&state.pool, &id)
-            .await?
-            .ok_or(PortalError::SessionEnded)?;
+        let client = state.auth.failures.client(parts);
+        refuse_blocked(state, client)?;
+        let Some(grant) = portal::find_session(&state.pool, &id).await? else {
+            return Err(failed(state, client, PortalError::SessionEnded));
+        };
         // Rated per live session only: keyed by any cookie value sent, every made-up one
         // would add a limiter entry that nothing removes until the next login.
         state.portal.admit(&portal::hash(&id))?;
@@ -146,11 +151,16 @@ fn link_token(encoded: &[u8]) -> Result<String, PortalError> {
 /// continue; consumes nothing. A mail scanner that opens links, or another tenant who puts
 /// their own link in front of someone (who would then work in their tenant unawares), starts
 /// no session.
-pub async fn login(State(state): State<AppState>, RawQuery(q): RawQuery) -> PortalResult {
+pub async fn login(
+    State(state): State<AppState>,
+    ClientAddress(client): ClientAddress,
+    RawQuery(q): RawQuery,
+) -> PortalResult {
+    refuse_blocked(&state, client)?;
     let token = link_token(q.unwrap_or_default().as_bytes())?;
     let grant = portal::peek_link(&state.pool, &token)
         .await?
-        .map_err(PortalError::Link)?;
+        .map_err(|why| failed_link(&state, client, why))?;
     let name = applications::find(&state.pool, &AppRef::Id(grant.tenant_id), Some(grant.tenant_id))
         .await?
         .map(|a| a.name)
@@ -163,14 +173,16 @@ pub async fn login(State(state): State<AppState>, RawQuery(q): RawQuery) -> Port
 /// the address bar; `Referrer-Policy: no-referrer` keeps it out of any Referer).
 pub async fn login_confirmed(
     State(state): State<AppState>,
+    ClientAddress(client): ClientAddress,
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> PortalResult {
     csrf::same_origin(&state, &headers)?;
+    refuse_blocked(&state, client)?;
     let token = link_token(&body)?;
     let grant = portal::consume_link(&state.pool, &token)
         .await?
-        .map_err(PortalError::Link)?;
+        .map_err(|why| failed_link(&state, client, why))?;
     if let Some(previous) = cookie_value(&headers) {
         portal::end_session(&state.pool, &previous).await?;
     }
@@ -209,6 +221,32 @@ pub async fn logout(
     r.headers_mut()
         .insert(header::SET_COOKIE, HeaderValue::from_static(CLEAR_COOKIE));
     Ok(r)
+}
+
+/// A 429 for a client blocked by its failed authentications (before any lookup).
+fn refuse_blocked(state: &AppState, client: Option<Client>) -> Result<(), PortalError> {
+    match state.auth.failures.blocked(client) {
+        Some(wait) => Err(PortalError::RateLimited(wait.as_secs_f64().ceil().max(1.0) as u64)),
+        None => Ok(()),
+    }
+}
+
+/// `refusal`, counted against the client's budget of failed authentications: a 429 instead
+/// when it is over.
+fn failed(state: &AppState, client: Option<Client>, refusal: PortalError) -> PortalError {
+    match state.auth.failures.failed(client) {
+        Some(wait) => PortalError::RateLimited(wait.as_secs_f64().ceil().max(1.0) as u64),
+        None => refusal,
+    }
+}
+
+/// A link refused; a made-up one (no such token) counts as a failed authentication. Used,
+/// expired and revoked links are real links a person opened late or twice.
+fn failed_link(state: &AppState, client: Option<Client>, why: portal::LinkRefused) -> PortalError {
+    match why {
+        portal::LinkRefused::Unknown => failed(state, client, PortalError::Link(why)),
+        other => PortalError::Link(other),
+    }
 }
 
 /// A 303 to `to`: every change answers with one, so reloading the page it lands on does not
