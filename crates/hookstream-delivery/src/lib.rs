@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::{Bytes, BytesMut};
-use hookstream_egress::{redact_text, validate_endpoint_url, UrlError};
+use hookstream_egress::{redact, redact_text, validate_endpoint_url, UrlError};
 use hookstream_signing::{signature_header, Secret, HEADER_ID, HEADER_SIGNATURE, HEADER_TIMESTAMP};
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
@@ -223,6 +223,14 @@ impl Engine {
             .user_agent(&cfg.user_agent)
             .dns_resolver(Arc::new(ssrf::GuardedResolver::new(policy.clone())));
         builder = match &cfg.proxy {
+            // reqwest is built without `socks`: it would take the URL and fail every
+            // connection. Refused here, where every service builds its engine at start-up.
+            Some(p) if !(p.starts_with("http://") || p.starts_with("https://")) => {
+                return Err(EngineError::Proxy(format!(
+                    "{} is not an http:// or https:// proxy (socks5 is not supported)",
+                    redact(p)
+                )));
+            }
             // The proxy URL may carry credentials: the error names it only in redacted form.
             Some(p) => builder.proxy(
                 reqwest::Proxy::all(p)
@@ -310,12 +318,12 @@ impl Engine {
     /// never reach the resolver that checks host names), anything else wrong is `InvalidUrl`.
     /// The error text never contains the URL.
     fn check_url(&self, raw: &str) -> Result<reqwest::Url, (ErrorClass, String)> {
-        validate_endpoint_url(raw, &self.policy).map_err(|e| {
-            let class = match e {
-                UrlError::Forbidden { .. } => ErrorClass::SsrfBlocked,
-                _ => ErrorClass::InvalidUrl,
-            };
-            (class, e.to_string())
+        validate_endpoint_url(raw, &self.policy).map_err(|e| match e {
+            UrlError::Forbidden { ip, reason } => {
+                tracing::warn!(address = %ip, range = %reason, "ssrf guard: the endpoint's address is forbidden");
+                (ErrorClass::SsrfBlocked, blocked_reason(raw))
+            }
+            other => (ErrorClass::InvalidUrl, other.to_string()),
         })
     }
 
@@ -389,6 +397,16 @@ pub fn classify_status(status: u16) -> (Verdict, ErrorClass) {
     }
 }
 
+/// What a tenant is told when the SSRF guard refuses its endpoint: a fixed reason and the
+/// URL's host as the tenant wrote it (token-looking labels masked), never what it resolved
+/// to or which range refused it.
+pub fn blocked_reason(url: &str) -> String {
+    let host = reqwest::Url::parse(url)
+        .map(|u| hookstream_egress::redact_host(&u))
+        .unwrap_or_else(|_| hookstream_egress::INVALID_URL.to_string());
+    format!("blocked_address: {host} is not an address deliveries may reach")
+}
+
 /// The class of a transport failure and a readable description of it. The description is
 /// built from the error without its URL and from its source chain, then stripped of `url` in
 /// any form and of its secret parts: a library may quote the URL anywhere.
@@ -398,7 +416,14 @@ fn classify_error(e: reqwest::Error, url: &str) -> (ErrorClass, String) {
     let mut chain = String::new();
     while let Some(err) = source {
         if let Some(blocked) = err.downcast_ref::<SsrfBlocked>() {
-            return (ErrorClass::SsrfBlocked, redact_text(&blocked.to_string(), url));
+            // What the name resolved to is the operator's business (internal DNS answers):
+            // the log has it, the tenant's attempt and dead letter do not.
+            tracing::warn!(
+                host = %redact_text(&blocked.host, url),
+                refused = %blocked.addrs,
+                "ssrf guard: the endpoint's host resolves only to forbidden addresses"
+            );
+            return (ErrorClass::SsrfBlocked, blocked_reason(url));
         }
         if !chain.is_empty() {
             chain.push_str(": ");
@@ -515,6 +540,29 @@ mod tests {
         }
     }
 
+    // Before, a socks5 proxy was taken and every delivery failed at its first connection.
+    #[test]
+    fn a_proxy_the_client_cannot_speak_is_refused_when_the_engine_is_built() {
+        for proxy in [
+            "socks5://user:s3cr3tpass@127.0.0.1:1080",
+            "socks5h://127.0.0.1:1080",
+            "ftp://p:1",
+        ] {
+            let cfg = DeliveryConfig {
+                proxy: Some(proxy.into()),
+                ..Default::default()
+            };
+            let err = Engine::new(&cfg).err().expect(proxy).to_string();
+            assert!(err.contains("socks5 is not supported"), "{proxy}: {err}");
+            assert!(!err.contains("s3cr3tpass"), "{err}");
+        }
+        let cfg = DeliveryConfig {
+            proxy: Some("http://127.0.0.1:3128".into()),
+            ..Default::default()
+        };
+        assert!(Engine::new(&cfg).is_ok());
+    }
+
     fn engine(allow: &[&str]) -> Engine {
         let cfg = DeliveryConfig {
             allow_cidrs: allow.iter().map(|c| c.parse().unwrap()).collect(),
@@ -571,6 +619,12 @@ mod tests {
             let out = engine(&[]).deliver(target, msg).await;
             assert_eq!(out.class, ErrorClass::SsrfBlocked, "{url}: {:?}", out.error);
             assert_eq!(out.verdict, Verdict::Permanent);
+            let host = reqwest::Url::parse(&url).unwrap().host_str().unwrap().to_string();
+            assert_eq!(
+                out.error.as_deref(),
+                Some(format!("blocked_address: {host} is not an address deliveries may reach").as_str()),
+                "{url}: a fixed reason naming the host as written, no resolved address or range"
+            );
         }
         assert_eq!(
             hits.load(std::sync::atomic::Ordering::SeqCst),

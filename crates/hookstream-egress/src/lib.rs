@@ -20,5 +20,5 @@ pub mod redact;
 pub mod url;
 
 pub use crate::policy::{forbidden_range, is_forbidden, why_forbidden, AddressPolicy, Forbidden};
-pub use crate::redact::{redact, redact_text, INVALID_URL, MASK};
+pub use crate::redact::{redact, redact_host, redact_text, INVALID_URL, MASK};
 pub use crate::url::{validate_endpoint_url, UrlError, MAX_URL_LEN};

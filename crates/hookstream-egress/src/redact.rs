@@ -92,7 +92,7 @@ fn redact_url(url: &Url) -> String {
         // `mailto:…`, `data:…`: no structure to keep.
         return format!("{scheme}:{MASK}");
     }
-    let mut out = format!("{scheme}://{}", url.host_str().unwrap_or_default());
+    let mut out = format!("{scheme}://{}", redact_host(url));
     if let Some(port) = url.port() {
         out.push(':');
         out.push_str(&port.to_string());
@@ -111,6 +111,18 @@ fn redact_url(url: &Url) -> String {
         out.push_str(&items.join("&"));
     }
     out
+}
+
+/// The host of `url` as it may be shown: an IP literal as it is, a domain name with every
+/// label that looks like a token (`tok3n-abc123.hooks.example`: a receiver that puts its
+/// secret in a subdomain) replaced by [`MASK`]. The tenant-facing form of a host (the
+/// SSRF guard's refusal names it so).
+pub fn redact_host(url: &Url) -> String {
+    match url.host() {
+        Some(::url::Host::Domain(domain)) => domain.split('.').map(mask_token).collect::<Vec<_>>().join("."),
+        Some(_) => url.host_str().unwrap_or_default().to_string(),
+        None => String::new(),
+    }
 }
 
 /// `text` (an error message from a library, say) without the URL `url` in any form it may
@@ -149,6 +161,11 @@ fn secret_parts(url: &Url, parts: &mut Vec<String>) {
     }
     if looks_like_token(url.scheme()) {
         parts.push(url.scheme().to_string());
+    }
+    if let Some(::url::Host::Domain(domain)) = url.host() {
+        for label in domain.split('.').filter(|l| looks_like_token(l)) {
+            parts.push(label.to_string());
+        }
     }
     if let Some(segments) = url.path_segments() {
         for segment in segments.filter(|s| looks_like_token(s)) {
@@ -251,6 +268,39 @@ mod tests {
             redact("https://example.com/h/aBcDeFgHi"),
             "https://example.com/h/***"
         );
+    }
+
+    // A receiver that puts its token in a subdomain: the label goes wherever the URL is
+    // shown, the rest of the name stays.
+    #[test]
+    fn token_looking_host_labels_are_hidden() {
+        let url = "https://tok3n-abc123.hooks.example/in";
+        assert_eq!(redact(url), "https://***.hooks.example/in");
+        assert_eq!(
+            redact("https://a1b2c3d4e5f6a7b8.webhook.example.com/"),
+            "https://***.webhook.example.com/"
+        );
+        for text in [
+            format!("error sending request for url ({url})"),
+            "dns error: failed to lookup address information for tok3n-abc123.hooks.example".into(),
+            "tcp connect error: tok3n-abc123".into(),
+        ] {
+            let out = redact_text(&text, url);
+            assert!(!out.contains("tok3n-abc123"), "{out}");
+        }
+        let host = |u: &str| redact_host(&Url::parse(u).unwrap());
+        assert_eq!(host(url), "***.hooks.example");
+        assert_eq!(host("http://10.0.0.1:8080/"), "10.0.0.1");
+        assert_eq!(host("http://[::1]/"), "[::1]");
+        // Ordinary names stay readable, short numbered ones too.
+        for name in [
+            "api.example.com",
+            "hooks.slack.com",
+            "api2.example.com",
+            "hooks-prod.example.com",
+        ] {
+            assert_eq!(host(&format!("https://{name}/")), name);
+        }
     }
 
     #[test]

@@ -158,10 +158,15 @@ fn validate_delivery(d: &DeliveryConfig) -> Result<(), ConfigError> {
     }
     if let Some(proxy) = &d.proxy {
         let ok = url::Url::parse(proxy)
-            .map(|u| matches!(u.scheme(), "http" | "https" | "socks5" | "socks5h") && u.host().is_some())
+            // Only what the HTTP client speaks (reqwest is built without `socks`): a socks5
+            // proxy would be accepted here and fail every delivery at its first connection.
+            .map(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some())
             .unwrap_or(false);
         if !ok {
-            return err("delivery.proxy must be an http://, https:// or socks5:// URL with a host".into());
+            return err(
+                "delivery.proxy must be an http:// or https:// URL with a host (socks5 is not supported)"
+                    .into(),
+            );
         }
     }
     Ok(())
@@ -220,6 +225,10 @@ mod tests {
             ),
             ("[kafka.client]\nacks = \"1\"\n", "acks"),
             ("[delivery]\nproxy = \"not a url\"\n", "delivery.proxy"),
+            (
+                "[delivery]\nproxy = \"socks5://127.0.0.1:1080\"\n",
+                "delivery.proxy must be an http:// or https:// URL with a host (socks5 is not supported)",
+            ),
             ("[dlq]\nprune_interval_ms = 0\n", "dlq.prune_interval_ms"),
         ] {
             let err = load(toml).expect_err(toml).to_string();

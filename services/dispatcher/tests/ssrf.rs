@@ -12,6 +12,7 @@ use hookstream_egress::AddressPolicy;
 use hookstream_proto::{DeadLetter, Message as _};
 use hookstream_store::endpoints::{self, NewEndpoint};
 use hookstream_store::outbox::NewEvent;
+use hookstream_store::sqlx;
 use hookstream_testkit::{eventually, Behaviour, Receiver, TestEnv};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -129,14 +130,34 @@ async fn forbidden_destinations_are_refused_before_any_connection() {
         urls.len(),
         "one dead letter per forbidden endpoint"
     );
+    // The tenant sees a fixed reason and the host it wrote; never what the name resolved
+    // to (internal DNS answers) nor the range that refused it: those are in the log.
+    let reason = |url: &str| {
+        let host = url::Url::parse(url).unwrap().host_str().unwrap().to_string();
+        format!("blocked_address: {host} is not an address deliveries may reach")
+    };
     for l in &letters {
         let url = &by_endpoint[&l.endpoint_id];
         assert_eq!(l.error_class, "ssrf_blocked", "{url}: {}", l.reason);
-        assert!(
-            l.reason.contains("forbidden"),
-            "{url}: a readable reason, got {:?}",
-            l.reason
-        );
+        assert_eq!(l.reason, format!("permanent failure: {}", reason(url)), "{url}");
+    }
+    let localhost = by_endpoint.iter().find(|(_, u)| u.contains("localhost")).unwrap();
+    let errors = || async {
+        sqlx::query_scalar::<_, String>("SELECT error FROM hookstream.attempts WHERE endpoint_id = $1::uuid")
+            .bind(localhost.0)
+            .fetch_all(&env.pool)
+            .await
+            .unwrap()
+    };
+    // The attempt log is written in batches, after the dead letter.
+    assert!(
+        eventually(Duration::from_secs(15), || async { !errors().await.is_empty() }).await,
+        "the refused attempt is in the attempt log"
+    );
+    let errors = errors().await;
+    for e in &errors {
+        assert_eq!(e, &reason(localhost.1));
+        assert!(!e.contains("127.0.0.1") && !e.contains("::1"), "{e}");
     }
     assert_eq!(target.count(), 0, "no request reached the loopback target");
     token.cancel();
