@@ -112,8 +112,21 @@ fn clash(e: sqlx::Error, uid: Option<&str>) -> StoreError {
     StoreError::from_db(e)
 }
 
+/// Most event types (or patterns) one endpoint may filter on: each is matched against every
+/// event the endpoint's tenant sends, on shared dispatchers.
+pub const MAX_EVENT_TYPES: usize = 100;
+
 /// Checks the fields; returns the event-type patterns and the channels as stored.
 fn check(f: &EndpointFields) -> Result<(Vec<String>, Vec<String>), StoreError> {
+    if f.event_types.len() > MAX_EVENT_TYPES {
+        return Err(StoreError::InvalidField {
+            field: "eventTypes",
+            message: format!(
+                "at most {MAX_EVENT_TYPES} event types per endpoint (endpoint_event_types), not {}",
+                f.event_types.len()
+            ),
+        });
+    }
     let filter = EventFilter::new(&f.event_types).map_err(|message| StoreError::InvalidField {
         field: "eventTypes",
         message,

@@ -64,6 +64,10 @@ pub enum StoreError {
     Seal(#[from] sealing::SealError),
     #[error("{0}")]
     Connect(String),
+    /// A tenant holds as many of something as it may (SQLSTATE HS009 from the caps of
+    /// migration 0021): the message names the limit and how to raise it.
+    #[error("{0}")]
+    LimitReached(String),
     /// The server did not answer a round trip in time (`answered`): the connection is given up.
     #[error("postgresql did not answer within {0:?} (a server gone dark, e.g. the old primary after a failover); giving the connection up")]
     Unanswered(Duration),
@@ -74,6 +78,14 @@ impl StoreError {
     pub(crate) fn from_db(e: sqlx::Error) -> Self {
         if let sqlx::Error::Database(db) = &e {
             let code = db.code().unwrap_or_default();
+            if code == "HS009" {
+                let hint = db
+                    .try_downcast_ref::<sqlx::postgres::PgDatabaseError>()
+                    .and_then(|pg| pg.hint())
+                    .map(|h| format!(" ({h})"))
+                    .unwrap_or_default();
+                return StoreError::LimitReached(format!("{}{hint}", db.message()));
+            }
             // 22xxx: data exception, 23xxx: integrity violation: the caller's input.
             if code.starts_with("22") || code.starts_with("23") {
                 return StoreError::Invalid(db.message().to_string());

@@ -159,7 +159,8 @@ pub async fn create_session(
     .bind(expires_at)
     .bind(grant.tenant_id)
     .execute(pool)
-    .await?;
+    .await
+    .map_err(StoreError::from_db)?;
     if done.rows_affected() == 0 {
         return Err(StoreError::NotFound(format!("app-portal key {}", grant.key_id)));
     }

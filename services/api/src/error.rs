@@ -120,6 +120,7 @@ impl From<StoreError> for ApiError {
         match e {
             StoreError::NotFound(what) => ApiError::NotFound(format!("{what} not found")),
             StoreError::Conflict(m) => ApiError::Conflict(m),
+            StoreError::LimitReached(m) => ApiError::OverLimit(m),
             StoreError::Invalid(m) => ApiError::field(&["body"], m),
             StoreError::InvalidField { field, message } => ApiError::body(field, message),
             StoreError::Database(sqlx_error) if is_unavailable(&sqlx_error) => {
