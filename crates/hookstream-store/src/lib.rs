@@ -29,6 +29,7 @@ pub mod outbox;
 pub mod portal;
 pub mod sealing;
 pub mod subscriptions;
+pub mod tenant_limits;
 pub mod tenants;
 pub mod wakeup;
 

@@ -25,7 +25,7 @@ use clap::{Parser, Subcommand};
 use hookstream_config::{DatabaseConfig, KafkaConfig, RetryConfig, SecretsConfig, Validate};
 use hookstream_kafka::topics;
 use hookstream_store::sqlx::PgPool;
-use hookstream_store::{outbox, tenants, StoreError};
+use hookstream_store::{outbox, tenant_limits, tenants, StoreError};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
@@ -128,6 +128,17 @@ enum TenantCmd {
     },
     /// List tenants.
     List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show a tenant's caps (endpoints, API keys, portal tokens, portal sessions) and what it
+    /// holds; with `--set`, override some first (docs/limits.md).
+    Limits {
+        tenant: uuid::Uuid,
+        /// `RESOURCE=N` to override a cap, `RESOURCE=default` to drop the override
+        /// (RESOURCE: endpoints, api_keys, portal_tokens, portal_sessions). Repeatable.
+        #[arg(long = "set", value_name = "RESOURCE=N")]
+        set: Vec<String>,
         #[arg(long)]
         json: bool,
     },
@@ -369,6 +380,31 @@ async fn run_db(command: Command, pool: &PgPool, cfg: &CliConfig) -> anyhow::Res
                 println!("{}", serde_json::json!({ "id": t.id, "name": t.name }));
             } else {
                 println!("tenant {} created: {}", t.name, t.id);
+            }
+        }
+        Command::Tenant(TenantCmd::Limits { tenant, set, json }) => {
+            for change in &set {
+                let (resource, value) = change.split_once('=').ok_or_else(|| {
+                    StoreError::Invalid(format!(
+                        "--set {change:?}: expected RESOURCE=N or RESOURCE=default"
+                    ))
+                })?;
+                let max = match value {
+                    "default" => None,
+                    n => Some(n.parse::<i32>().map_err(|_| {
+                        StoreError::Invalid(format!("--set {change:?}: {n:?} is not a number or `default`"))
+                    })?),
+                };
+                tenant_limits::set(pool, tenant, resource, max).await?;
+            }
+            let caps = tenant_limits::caps(pool, tenant).await?;
+            if json {
+                println!("{}", serde_json::to_string(&caps)?);
+            } else {
+                for c in caps {
+                    let source = if c.overridden { "override" } else { "default" };
+                    println!("{:<16} {:>6} of {:<6} ({source})", c.resource, c.held, c.max);
+                }
             }
         }
         Command::Tenant(TenantCmd::List { json }) => {
