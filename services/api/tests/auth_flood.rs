@@ -10,8 +10,7 @@ use std::time::{Duration, Instant};
 
 use futures::stream::{self, StreamExt as _};
 use hookstream_testkit::TestEnv;
-use reqwest::{Method, StatusCode};
-use serde_json::json;
+use reqwest::StatusCode;
 
 mod common;
 use common::Api;
@@ -45,18 +44,6 @@ fn metric(api: &Api, name: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
-async fn tenant_key(api: &Api, app: &str) -> String {
-    let (s, made) = api
-        .op(
-            Method::POST,
-            &format!("/api/v1/app/{app}/api-key"),
-            Some(json!({"name": "k"})),
-        )
-        .await;
-    assert_eq!(s, StatusCode::CREATED, "{made}");
-    made["token"].as_str().unwrap().to_string()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flood_of_bad_keys_from_one_address_is_throttled_and_others_are_not() {
     let env = TestEnv::new(1).await.unwrap();
@@ -70,8 +57,8 @@ async fn a_flood_of_bad_keys_from_one_address_is_throttled_and_others_are_not() 
     );
     let api = Arc::new(Api::start(cfg).await);
     let a = env.tenant("a").await.unwrap().to_string();
-    let used = tenant_key(&api, &a).await;
-    let unused = tenant_key(&api, &a).await;
+    let (_, used) = common::api_tenant_key(&api, &a).await;
+    let (_, unused) = common::api_tenant_key(&api, &a).await;
     let flooder = from("127.0.0.1");
     assert_eq!(get(&flooder, &api, &used).await.status(), StatusCode::OK);
     let lookups_before = metric(&api, "hookstream_api_key_lookups_total");

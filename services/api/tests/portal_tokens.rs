@@ -8,23 +8,7 @@ use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 
 mod common;
-use common::Api;
-
-/// A tenant key made through the API: its id and the key itself.
-async fn tenant_key(api: &Api, app: &str) -> (String, String) {
-    let (s, made) = api
-        .op(
-            Method::POST,
-            &format!("/api/v1/app/{app}/api-key"),
-            Some(json!({"name": "k"})),
-        )
-        .await;
-    assert_eq!(s, StatusCode::CREATED, "{made}");
-    (
-        made["id"].as_str().unwrap().to_string(),
-        made["token"].as_str().unwrap().to_string(),
-    )
-}
+use common::{api_tenant_key, Api};
 
 /// `app-portal-access` called with `key`: the portal token and its login link.
 async fn mint(api: &Api, key: &str, app: &str, session_id: &str) -> (String, String) {
@@ -74,8 +58,8 @@ async fn revoking_a_key_ends_the_portal_tokens_sessions_and_links_it_minted() {
     let api = Api::start(common::api_config(&env)).await;
     let a = env.tenant("a").await.unwrap().to_string();
     let app = format!("/api/v1/app/{a}");
-    let (doomed_id, doomed) = tenant_key(&api, &a).await;
-    let (_, kept) = tenant_key(&api, &a).await;
+    let (doomed_id, doomed) = api_tenant_key(&api, &a).await;
+    let (_, kept) = api_tenant_key(&api, &a).await;
 
     // Two tokens of the doomed key (one with a session open, one with its link unopened), one
     // of the kept key.
@@ -133,8 +117,8 @@ async fn expire_all_ends_an_applications_portal_tokens() {
     let a = env.tenant("a").await.unwrap().to_string();
     let b = env.tenant("b").await.unwrap().to_string();
     let app = format!("/api/v1/app/{a}");
-    let (_, key) = tenant_key(&api, &a).await;
-    let (_, key_b) = tenant_key(&api, &b).await;
+    let (_, key) = api_tenant_key(&api, &a).await;
+    let (_, key_b) = api_tenant_key(&api, &b).await;
     let (t1, link1) = mint(&api, &key, &a, "alice").await;
     let session1 = common::open_portal_link(&api, &link1).await;
     let (t2, _) = mint(&api, &key, &a, "bob").await;

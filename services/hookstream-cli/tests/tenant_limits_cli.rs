@@ -5,20 +5,14 @@ use hookstream_testkit::process::service_env;
 use hookstream_testkit::TestEnv;
 use serde_json::Value;
 
+mod common;
+
+/// Whether `hookstream args…` succeeded, and what it printed.
 async fn hookstream(env: &TestEnv, args: &[&str]) -> (bool, String, String) {
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_hookstream"))
-        .args(args)
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .envs(service_env(env))
-        .output()
-        .await
-        .expect("run hookstream");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    let mut c = common::command();
+    c.args(args).envs(service_env(env));
+    let run = common::run(c).await;
+    (run.code == Some(0), run.stdout, run.stderr)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

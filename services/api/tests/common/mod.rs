@@ -278,3 +278,19 @@ pub fn csrf_of(page: &str) -> String {
     let at = page.find(needle).expect("a form with a csrf field") + needle.len();
     page[at..at + 64].to_string()
 }
+
+/// A tenant key of `app`'s tenant made through the API: its id and the key itself.
+pub async fn api_tenant_key(api: &Api, app: &str) -> (String, String) {
+    let (s, made) = api
+        .op(
+            Method::POST,
+            &format!("/api/v1/app/{app}/api-key"),
+            Some(serde_json::json!({"name": "k"})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{made}");
+    (
+        made["id"].as_str().unwrap().to_string(),
+        made["token"].as_str().unwrap().to_string(),
+    )
+}
