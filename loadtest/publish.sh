@@ -18,6 +18,7 @@ RUNS="${RUNS:-3}"
 # them); runs defaults to RUNS.
 SCENARIOS=(
   "relay|relay --events 200000 --rate 2000 --seconds 30 --relays 2"
+  "relay-text|relay --events 200000 --rate 2000 --seconds 10 --relays 1 --payload-form text"
   "steady|steady --events 20000 --rate 1000 --endpoints 1 --baseline"
   "max|max --events 50000 --seconds 10 --endpoints 1 --baseline"
   "fanout|fanout --events 5000 --baseline --baseline-variants polling-tuned"

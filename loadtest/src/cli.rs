@@ -24,6 +24,14 @@ pub enum Command {
     },
 }
 
+/// How the relay scenario's producer hands payloads to `hookstream.enqueue`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PayloadForm {
+    Jsonb,
+    Text,
+}
+
 #[derive(Clone, Copy, Debug, ValueEnum)]
 pub enum Scenario {
     /// The admin API: message creates at `--connections` concurrent connections while delivery runs.
@@ -132,6 +140,10 @@ pub struct RunArgs {
     /// Relay instances for the throughput phase (runs 1..=N).
     #[arg(long, default_value_t = 2)]
     pub relays: usize,
+    /// relay: which overload of `hookstream.enqueue` writes the payloads, the jsonb one (the
+    /// value is reprinted as jsonb prints it) or the text one (the bytes as written).
+    #[arg(long, value_enum, default_value = "jsonb")]
+    pub payload_form: PayloadForm,
     #[arg(long, default_value = "loadtest/out")]
     pub out: PathBuf,
     /// api: concurrent client connections.

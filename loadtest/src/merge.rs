@@ -103,7 +103,7 @@ macro_rules! merge_first {
         }
     )*};
 }
-merge_first!(String, bool, NoFigures);
+merge_first!(String, bool, NoFigures, crate::cli::PayloadForm);
 
 impl<T: Merge> Merge for Option<T> {
     fn merge(runs: &[&Self]) -> Self {
@@ -222,12 +222,12 @@ merge_fields! {
     RelayReport {
         events, expected_deliveries, delivered, lost, duplicates, early_retries,
         invalid_signatures, duration_s, throughput_per_s, latency_ms, latency_measures,
-        delivered_measures, per_class, processes, machine, throughput, latency,
+        delivered_measures, per_class, processes, machine, payload_form, throughput, latency,
     }
     RelayUsage { cpu_s, max_rss_mb }
     Drain {
-        relays, events, in_kafka, duplicates, lost, duration_s, throughput_per_s, cpu_s,
-        max_rss_mb,
+        relays, events, in_kafka, duplicates, lost, duration_s, throughput_per_s, enqueue_per_s,
+        cpu_s, max_rss_mb,
     }
     RelayLatency {
         rate_per_s, achieved_rate_per_s, events, received, distinct, duplicates, lost,

@@ -24,7 +24,7 @@ use hookstream_testkit::TestEnv;
 use uuid::Uuid;
 
 use crate::chart::{self, Chart, Points};
-use crate::cli::RunArgs;
+use crate::cli::{PayloadForm, RunArgs};
 use crate::procstat;
 use crate::report::{
     BucketQuantiles, Drain, Latency, Machine, RelayLatency, RelayReport, RelayUsage, RunReport,
@@ -43,7 +43,7 @@ pub async fn run(args: &RunArgs) -> anyhow::Result<(RunReport, Vec<Chart>)> {
     let mut throughput = Vec::new();
     let mut backlogs = Vec::new();
     for relays in 1..=args.relays.max(1) {
-        let (figures, backlog) = drain(args.events(), relays, &args.out).await?;
+        let (figures, backlog) = drain(args.events(), relays, args.payload_form, &args.out).await?;
         throughput.push(figures);
         backlogs.push((format!("{relays} relay(s)"), backlog));
     }
@@ -93,6 +93,7 @@ pub async fn run(args: &RunArgs) -> anyhow::Result<(RunReport, Vec<Chart>)> {
         )]
         .into(),
         machine: Machine::read(),
+        payload_form: args.payload_form,
         throughput,
         latency,
     };
@@ -106,28 +107,50 @@ async fn discard(env: TestEnv) {
     }
 }
 
-/// Commits a backlog of `events` rows; returns their event ids.
-async fn prefill(env: &TestEnv, tenant: Uuid, events: usize) -> anyhow::Result<HashSet<Uuid>> {
-    let mut ids = HashSet::with_capacity(events);
-    let mut left = events;
-    while left > 0 {
-        let n = left.min(5_000) as i32;
-        // The real producer path: hookstream.enqueue, many rows per transaction.
-        let committed: Vec<Uuid> = sqlx::query_scalar(
+/// The backlog's statement for each payload form: the same payload (about 150 bytes), as a
+/// jsonb value or as JSON text with its own key order and spacing.
+fn prefill_sql(form: PayloadForm) -> &'static str {
+    match form {
+        PayloadForm::Jsonb => {
             "SELECT hookstream.enqueue($1, 'order.updated',
                     jsonb_build_object('n', g, 'note', 'a typical small webhook payload of about two hundred bytes',
                                        'amount', g * 3, 'currency', 'EUR', 'status', 'paid'),
                     'order', 'agg-' || (g % 1000))
-               FROM generate_series(1, $2) g",
-        )
-        .bind(tenant)
-        .bind(n)
-        .fetch_all(&env.pool)
-        .await?;
+               FROM generate_series(1, $2) g"
+        }
+        PayloadForm::Text => {
+            "SELECT hookstream.enqueue($1, 'order.updated',
+                    format('{\"n\": %s, \"note\": \"a typical small webhook payload of about two hundred bytes\", '
+                           '\"amount\": %s, \"currency\": \"EUR\", \"status\": \"paid\"}', g, g * 3)::text,
+                    'order', 'agg-' || (g % 1000))
+               FROM generate_series(1, $2) g"
+        }
+    }
+}
+
+/// Commits a backlog of `events` rows; returns their event ids and the rows per second
+/// committed.
+async fn prefill(
+    env: &TestEnv,
+    tenant: Uuid,
+    events: usize,
+    form: PayloadForm,
+) -> anyhow::Result<(HashSet<Uuid>, f64)> {
+    let mut ids = HashSet::with_capacity(events);
+    let mut left = events;
+    let started = Instant::now();
+    while left > 0 {
+        let n = left.min(5_000) as i32;
+        // The real producer path: hookstream.enqueue, many rows per transaction.
+        let committed: Vec<Uuid> = sqlx::query_scalar(prefill_sql(form))
+            .bind(tenant)
+            .bind(n)
+            .fetch_all(&env.pool)
+            .await?;
         ids.extend(committed);
         left -= n as usize;
     }
-    Ok(ids)
+    Ok((ids, events as f64 / started.elapsed().as_secs_f64().max(1e-9)))
 }
 
 /// A record on the events topic that is not an `EventEnvelope` with a UUID event id.
@@ -161,11 +184,17 @@ fn decode(payload: &[u8], partition: i32, offset: i64) -> Result<(EventEnvelope,
 
 /// Drains a backlog of `events` rows with `relays` relays: the figures, and the rows left
 /// over time (every 100 ms).
-async fn drain(events: usize, relays: usize, out: &Path) -> anyhow::Result<(Drain, Points)> {
+async fn drain(
+    events: usize,
+    relays: usize,
+    form: PayloadForm,
+    out: &Path,
+) -> anyhow::Result<(Drain, Points)> {
     let env = TestEnv::new(6).await?;
     let tenant = env.tenant("bench").await?;
-    eprintln!("[relay] writing a backlog of {events} rows");
-    let committed = prefill(&env, tenant, events).await?;
+    eprintln!("[relay] writing a backlog of {events} rows ({form:?} payloads)");
+    let (committed, enqueue_per_s) = prefill(&env, tenant, events, form).await?;
+    eprintln!("[relay] backlog committed at {enqueue_per_s:.0} rows/s");
     let vars = service_env(&env);
     let started = Instant::now();
     let procs: Vec<ServiceProcess> = (0..relays)
@@ -225,6 +254,7 @@ async fn drain(events: usize, relays: usize, out: &Path) -> anyhow::Result<(Drai
         lost: read.lost,
         duration_s: took,
         throughput_per_s: events as f64 / took,
+        enqueue_per_s: Some(enqueue_per_s),
         cpu_s: usage.iter().map(|u| u.0).collect(),
         max_rss_mb: usage.iter().map(|u| u.1).collect(),
     };

@@ -388,6 +388,7 @@ pub mod fixtures {
             lost,
             duration_s: 1.0,
             throughput_per_s: 100.0,
+            enqueue_per_s: Some(1000.0),
             cpu_s: vec![0.1; relays],
             max_rss_mb: vec![20.0; relays],
         }
@@ -416,6 +417,7 @@ pub mod fixtures {
                 },
             )]),
             machine: machine(),
+            payload_form: crate::cli::PayloadForm::Jsonb,
             throughput: vec![drain(1, drain_lost[0]), drain(2, drain_lost[1])],
             latency: RelayLatency {
                 rate_per_s: 10,

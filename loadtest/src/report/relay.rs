@@ -6,6 +6,11 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::{present, ClassFigures, Headline, Latency, Machine};
+use crate::cli::PayloadForm;
+
+fn jsonb() -> PayloadForm {
+    PayloadForm::Jsonb
+}
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RelayReport {
@@ -34,6 +39,10 @@ pub struct RelayReport {
     /// The latency phase's relay.
     pub processes: BTreeMap<String, RelayUsage>,
     pub machine: Machine,
+    /// How the producer wrote the payloads (`--payload-form`; `jsonb` in reports from before
+    /// the option, which always used that overload).
+    #[serde(default = "jsonb")]
+    pub payload_form: PayloadForm,
     /// One drain per relay count (1..=`--relays`). The verdict reads each one's `lost`.
     pub throughput: Vec<Drain>,
     pub latency: RelayLatency,
@@ -78,6 +87,10 @@ pub struct Drain {
     pub lost: usize,
     pub duration_s: f64,
     pub throughput_per_s: f64,
+    /// Rows per second the producer committed the backlog at (transactions of 5,000 rows
+    /// through `hookstream.enqueue`; `null` in reports from before it was measured).
+    #[serde(default)]
+    pub enqueue_per_s: Option<f64>,
     /// Per relay process.
     pub cpu_s: Vec<f64>,
     pub max_rss_mb: Vec<f64>,
