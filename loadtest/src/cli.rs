@@ -24,10 +24,11 @@ pub enum Command {
     },
 }
 
-/// How the relay scenario's producer hands payloads to `hookstream.enqueue`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, serde::Serialize, serde::Deserialize)]
+/// How the relay scenario's backlog hands payloads to `hookstream.enqueue`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum PayloadForm {
+    #[default]
     Jsonb,
     Text,
 }
@@ -140,9 +141,10 @@ pub struct RunArgs {
     /// Relay instances for the throughput phase (runs 1..=N).
     #[arg(long, default_value_t = 2)]
     pub relays: usize,
-    /// relay: which overload of `hookstream.enqueue` writes the payloads, the jsonb one (the
-    /// value is reprinted as jsonb prints it) or the text one (the bytes as written).
-    #[arg(long, value_enum, default_value = "jsonb")]
+    /// relay: which overload of `hookstream.enqueue` writes the throughput phase's backlog, the
+    /// jsonb one (the value is reprinted as jsonb prints it) or the text one (the bytes as
+    /// written). The latency phase always uses the jsonb one.
+    #[arg(long, value_enum, default_value_t)]
     pub payload_form: PayloadForm,
     #[arg(long, default_value = "loadtest/out")]
     pub out: PathBuf,

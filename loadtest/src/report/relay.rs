@@ -8,10 +8,6 @@ use serde::{Deserialize, Serialize};
 use super::{present, ClassFigures, Headline, Latency, Machine};
 use crate::cli::PayloadForm;
 
-fn jsonb() -> PayloadForm {
-    PayloadForm::Jsonb
-}
-
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RelayReport {
     /// Rows committed in the latency phase.
@@ -41,7 +37,7 @@ pub struct RelayReport {
     pub machine: Machine,
     /// How the producer wrote the payloads (`--payload-form`; `jsonb` in reports from before
     /// the option, which always used that overload).
-    #[serde(default = "jsonb")]
+    #[serde(default)]
     pub payload_form: PayloadForm,
     /// One drain per relay count (1..=`--relays`). The verdict reads each one's `lost`.
     pub throughput: Vec<Drain>,
