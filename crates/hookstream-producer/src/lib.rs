@@ -46,6 +46,10 @@ pub struct Event {
     pub channels: Vec<String>,
     /// Not delivered before this time (at most 30 days ahead).
     pub deliver_at: Option<DateTime<Utc>>,
+    /// Whose data the payload is (a customer id, say; 1 to 255 bytes): its payloads are sealed
+    /// with a key of their own, which `hookstream erase --subject` destroys. The subject is
+    /// not delivered, and is kept only as a digest once shipped.
+    pub subject: Option<String>,
 }
 
 impl Event {
@@ -71,7 +75,13 @@ impl Event {
             idempotency_key: None,
             channels: Vec::new(),
             deliver_at: None,
+            subject: None,
         }
+    }
+
+    pub fn subject(mut self, subject: impl Into<String>) -> Self {
+        self.subject = Some(subject.into());
+        self
     }
 
     pub fn channels<S: Into<String>>(mut self, channels: impl IntoIterator<Item = S>) -> Self {
@@ -121,6 +131,8 @@ pub enum EnqueueError {
     InvalidChannels(String),
     #[error("{0}")]
     InvalidDeliverAt(String),
+    #[error("{0}")]
+    InvalidSubject(String),
     #[error("database error: {0}")]
     Database(#[from] sqlx::Error),
 }
@@ -148,6 +160,7 @@ impl EnqueueError {
             "HS006" => EnqueueError::InvalidIdempotencyKey(message),
             "HS007" => EnqueueError::InvalidChannels(message),
             "HS008" => EnqueueError::InvalidDeliverAt(message),
+            "HS010" => EnqueueError::InvalidSubject(message),
             // PostgreSQL's JSON parser refusing the payload text.
             "22P02" => EnqueueError::PayloadNotObject(format!("payload is not valid JSON: {message}")),
             _ => EnqueueError::Database(e),
@@ -159,7 +172,7 @@ impl EnqueueError {
 /// returns its id, a UUIDv7 that receivers see as `webhook-id`.
 pub async fn enqueue(conn: &mut PgConnection, event: &Event) -> Result<Uuid, EnqueueError> {
     let channels = (!event.channels.is_empty()).then_some(&event.channels);
-    sqlx::query_scalar("SELECT hookstream.enqueue($1, $2, $3::text, $4, $5, $6, $7, $8, $9)")
+    sqlx::query_scalar("SELECT hookstream.enqueue($1, $2, $3::text, $4, $5, $6, $7, $8, $9, $10)")
         .bind(event.tenant_id)
         .bind(&event.event_type)
         .bind(&event.payload)
@@ -169,6 +182,7 @@ pub async fn enqueue(conn: &mut PgConnection, event: &Event) -> Result<Uuid, Enq
         .bind(&event.idempotency_key)
         .bind(channels)
         .bind(event.deliver_at)
+        .bind(&event.subject)
         .fetch_one(conn)
         .await
         .map_err(EnqueueError::from_db)

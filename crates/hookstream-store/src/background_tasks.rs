@@ -14,6 +14,8 @@ use crate::StoreError;
 pub const REPLAY: &str = "endpoint.replay";
 pub const BULK_REPLAY: &str = "endpoint.bulk-replay";
 pub const RECOVER: &str = "endpoint.recover";
+/// Svix's expunge-all-contents: done at once (`payload_keys::erase`), recorded finished.
+pub const PURGE_CONTENT: &str = "application.purge_content";
 
 /// How many tasks a tenant may have running at once unless configured otherwise
 /// (`api.max_running_tasks_per_tenant`).
@@ -174,6 +176,24 @@ pub async fn create(
     .await?;
     tx.commit().await?;
     Ok(Ok(task))
+}
+
+/// Records a task that was done at once (an erasure), finished, `sent` being what it reached.
+pub async fn record_finished(pool: &PgPool, tenant: Uuid, kind: &str, sent: i64) -> Result<Task, StoreError> {
+    Ok(sqlx::query_as(&format!(
+        "INSERT INTO hookstream.background_tasks (id, tenant_id, kind, params, status, sent)
+         VALUES ($1, $2, $3, $4, 'finished', $5) RETURNING {COLUMNS}"
+    ))
+    .bind(Uuid::now_v7())
+    .bind(tenant)
+    .bind(kind)
+    .bind(sqlx::types::Json(Params {
+        since: chrono::Utc::now(),
+        ..Default::default()
+    }))
+    .bind(sent)
+    .fetch_one(pool)
+    .await?)
 }
 
 /// One task, within `scope` (a tenant; `None` for every tenant).

@@ -26,6 +26,7 @@ pub mod limits;
 pub mod messages;
 pub mod operational;
 pub mod outbox;
+pub mod payload_keys;
 pub mod portal;
 pub mod sealing;
 pub mod subscriptions;

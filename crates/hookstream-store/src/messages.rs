@@ -243,17 +243,51 @@ pub struct Message {
     pub channels: Vec<String>,
     pub tags: Vec<String>,
     pub deliver_at: Option<DateTime<Utc>>,
+    /// Once the relay shipped it, the payload is sealed (`payload_keys`): `payload` is empty
+    /// then, and `Keyring::open` with `payload_key` gives the text.
+    pub body_sealed: Option<Vec<u8>>,
+    pub payload_key: Option<Uuid>,
+    /// Its content was erased (expunged, its tenant's or subject's erasure, or its data key's
+    /// retention): `payload` is `{}`, and it is neither resent nor replayed.
+    pub erased: bool,
+}
+
+/// Opens the sealed copies among `msgs` in place: `payload` becomes the text, or `{}` with
+/// `erased` set when its data key is gone.
+pub async fn open_all(keys: &crate::payload_keys::Keyring, msgs: &mut [Message]) -> Result<(), StoreError> {
+    for m in msgs.iter_mut() {
+        let (Some(key), Some(sealed)) = (m.payload_key, m.body_sealed.as_deref()) else {
+            continue;
+        };
+        match keys
+            .open(
+                &key.to_string(),
+                &m.event_id.to_string(),
+                &m.tenant_id.to_string(),
+                sealed,
+            )
+            .await?
+        {
+            Ok(plain) => m.payload = String::from_utf8(plain).unwrap_or_else(|_| "{}".into()),
+            Err(_) => {
+                m.payload = "{}".into();
+                m.erased = true;
+            }
+        }
+    }
+    Ok(())
 }
 
 fn columns(with_content: bool) -> &'static str {
     // `body` is the exact text; rows written before it existed have only the jsonb `payload`.
     if with_content {
         "tenant_id, event_id, created_at, event_type, aggregate_type, aggregate_id, \
-         coalesce(body, payload::text) AS payload, idempotency_key, coalesce(channels, '{}') AS channels, \
-         coalesce(tags, '{}') AS tags, deliver_at"
+         coalesce(body, payload::text, '') AS payload, idempotency_key, coalesce(channels, '{}') AS channels, \
+         coalesce(tags, '{}') AS tags, deliver_at, body_sealed, payload_key, erased_at IS NOT NULL AS erased"
     } else {
         "tenant_id, event_id, created_at, event_type, aggregate_type, aggregate_id, '{}'::text AS payload, \
-         idempotency_key, coalesce(channels, '{}') AS channels, coalesce(tags, '{}') AS tags, deliver_at"
+         idempotency_key, coalesce(channels, '{}') AS channels, coalesce(tags, '{}') AS tags, deliver_at, \
+         NULL::bytea AS body_sealed, NULL::uuid AS payload_key, erased_at IS NOT NULL AS erased"
     }
 }
 
@@ -330,11 +364,47 @@ pub async fn get_many(
     .await?)
 }
 
+/// A shipped message's sealed payload, for its message-store copy.
+#[derive(Debug, Clone)]
+pub struct SealedCopy {
+    pub tenant: Uuid,
+    pub event: Uuid,
+    pub key: Uuid,
+    pub sealed: Vec<u8>,
+}
+
+/// Replaces the clear text of shipped messages' store copies with their sealed payloads, in
+/// the relay's (claiming) transaction. Copies that do not exist (`store_messages` off) are
+/// skipped.
+pub async fn seal_copies(conn: &mut sqlx::PgConnection, copies: &[SealedCopy]) -> Result<(), StoreError> {
+    let times: Vec<DateTime<Utc>> = copies.iter().filter_map(|c| v7_time(c.event)).collect();
+    let (Some(lo), Some(hi)) = (times.iter().min(), times.iter().max()) else {
+        return Ok(());
+    };
+    sqlx::query(
+        "UPDATE hookstream.messages m
+            SET body_sealed = u.sealed, payload_key = u.key, body = NULL, payload = NULL
+           FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::bytea[]) AS u(tenant_id, event_id, key, sealed)
+          WHERE m.tenant_id = u.tenant_id AND m.event_id = u.event_id
+            AND m.created_at >= $5 AND m.created_at < $6",
+    )
+    .bind(copies.iter().map(|c| c.tenant).collect::<Vec<_>>())
+    .bind(copies.iter().map(|c| c.event).collect::<Vec<_>>())
+    .bind(copies.iter().map(|c| c.key).collect::<Vec<_>>())
+    .bind(copies.iter().map(|c| c.sealed.clone()).collect::<Vec<_>>())
+    .bind(*lo - Duration::seconds(1))
+    .bind(*hi + Duration::seconds(1))
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
 /// Replaces a message's stored payload with `{}` (Svix's expunge-content).
 pub async fn expunge(pool: &PgPool, tenant: Uuid, id: Uuid) -> Result<(), StoreError> {
     let at = v7_time(id).ok_or_else(|| StoreError::NotFound(format!("message {id}")))?;
     let done = sqlx::query(
-        "UPDATE hookstream.messages SET body = '{}', payload = NULL
+        "UPDATE hookstream.messages SET body = '{}', payload = NULL, body_sealed = NULL, payload_key = NULL,
+                erased_at = coalesce(erased_at, now())
           WHERE tenant_id = $1 AND event_id = $2 AND created_at >= $3 AND created_at < $4",
     )
     .bind(tenant)

@@ -30,6 +30,8 @@ pub struct OutboxRow {
     pub channels: Vec<String>,
     /// Not to be delivered before this time.
     pub deliver_at: Option<DateTime<Utc>>,
+    /// Whose data the payload is (its data key is the subject's: `payload_keys`).
+    pub subject: Option<String>,
     pub created_at: DateTime<Utc>,
     pub shard: i32,
     pub tenant_known: bool,
@@ -49,7 +51,7 @@ pub async fn claim(
     Ok(sqlx::query_as::<_, OutboxRow>(
         "SELECT o.id, o.event_id, o.tenant_id, o.event_type, o.aggregate_type, o.aggregate_id,
                 o.payload, o.headers, coalesce(o.channels, '{}') AS channels, o.deliver_at,
-                o.created_at, o.shard,
+                o.subject, o.created_at, o.shard,
                 EXISTS (SELECT 1 FROM hookstream.tenants t WHERE t.id = o.tenant_id) AS tenant_known,
                 -- `hookstream.enqueue` parsed it; a row inserted some other way gets this
                 -- much of a check (no second parse on the relay's path).
@@ -85,9 +87,9 @@ pub async fn finish(
                             RETURNING o.*, q.reason)
              INSERT INTO hookstream.outbox_quarantine
                     (id, event_id, tenant_id, event_type, aggregate_type, aggregate_id, payload, headers,
-                     channels, deliver_at, created_at, reason)
+                     channels, deliver_at, subject, created_at, reason)
              SELECT id, event_id, tenant_id, event_type, aggregate_type, aggregate_id, payload, headers,
-                    channels, deliver_at, created_at, reason FROM moved
+                    channels, deliver_at, subject, created_at, reason FROM moved
              ON CONFLICT (id) DO NOTHING",
         )
         .bind(&ids)

@@ -120,18 +120,27 @@ impl Sealer {
         self.open_with(&labelled_aad(endpoint, b"/headers"), key_id, sealed)
     }
 
+    /// Seals a payload data key (`payload_keys`), with its id as associated data.
+    pub fn seal_data_key(&self, key: Uuid, data_key: &[u8; 32]) -> (String, Vec<u8>) {
+        self.seal_bytes(&labelled_aad(key, b"/payload-key"), data_key)
+    }
+
+    /// Opens a data key sealed for `key` with master key `key_id`.
+    pub fn open_data_key(&self, key: Uuid, key_id: &str, sealed: &[u8]) -> Result<[u8; 32], SealError> {
+        let plain = self.open_bytes(&labelled_aad(key, b"/payload-key"), key_id, sealed)?;
+        plain.try_into().map_err(|_| SealError::Corrupt)
+    }
+
     fn seal_with(&self, aad: &[u8], plaintext: &str) -> (String, Vec<u8>) {
+        self.seal_bytes(aad, plaintext.as_bytes())
+    }
+
+    fn seal_bytes(&self, aad: &[u8], plaintext: &[u8]) -> (String, Vec<u8>) {
         let cipher = &self.keys[&self.active];
         let mut nonce = [0u8; NONCE_LEN];
         rand::thread_rng().fill_bytes(&mut nonce);
         let sealed = cipher
-            .encrypt(
-                Nonce::from_slice(&nonce),
-                Payload {
-                    msg: plaintext.as_bytes(),
-                    aad,
-                },
-            )
+            .encrypt(Nonce::from_slice(&nonce), Payload { msg: plaintext, aad })
             .expect("AES-GCM encryption of a short secret cannot fail");
         let mut out = Vec::with_capacity(NONCE_LEN + sealed.len());
         out.extend_from_slice(&nonce);
@@ -140,6 +149,10 @@ impl Sealer {
     }
 
     fn open_with(&self, aad: &[u8], key_id: &str, sealed: &[u8]) -> Result<String, SealError> {
+        String::from_utf8(self.open_bytes(aad, key_id, sealed)?).map_err(|_| SealError::Corrupt)
+    }
+
+    fn open_bytes(&self, aad: &[u8], key_id: &str, sealed: &[u8]) -> Result<Vec<u8>, SealError> {
         let cipher = self
             .keys
             .get(key_id)
@@ -148,10 +161,9 @@ impl Sealer {
             return Err(SealError::Corrupt);
         }
         let (nonce, body) = sealed.split_at(NONCE_LEN);
-        let plain = cipher
+        cipher
             .decrypt(Nonce::from_slice(nonce), Payload { msg: body, aad })
-            .map_err(|_| SealError::Corrupt)?;
-        String::from_utf8(plain).map_err(|_| SealError::Corrupt)
+            .map_err(|_| SealError::Corrupt)
     }
 }
 
