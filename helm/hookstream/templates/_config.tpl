@@ -109,7 +109,7 @@ sealingKeys: /etc/hookstream/sealing-keys/keys
 {{- define "hookstream.config.relay" -}}
 # outbox-relay configuration, rendered by the Hookstream chart (see docs/configuration.md).
 # HOOKSTREAM_DATABASE__URL comes from a Secret.
-{{- include "hookstream.toml.file" (dict "config" (include "hookstream.config.full" . | fromYaml) "sections" (list "database" "kafka" "telemetry" "relay")) }}
+{{- include "hookstream.toml.file" (dict "config" (include "hookstream.config.full" . | fromYaml) "sections" (list "database" "kafka" "telemetry" "secrets" "relay")) }}
 {{- end }}
 
 {{- define "hookstream.config.dispatcher" -}}

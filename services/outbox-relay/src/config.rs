@@ -1,6 +1,6 @@
-//! The relay's configuration: the shared sections and `[relay]`.
+//! The relay's configuration: the shared sections, `[secrets]` and `[relay]`.
 
-use hookstream_config::{ConfigError, DatabaseConfig, KafkaConfig, TelemetryConfig, Validate};
+use hookstream_config::{ConfigError, DatabaseConfig, KafkaConfig, SecretsConfig, TelemetryConfig, Validate};
 use serde::{Deserialize, Serialize};
 
 /// The relay's configuration file (see `config/` for examples).
@@ -10,6 +10,9 @@ pub struct Config {
     pub database: DatabaseConfig,
     pub kafka: KafkaConfig,
     pub telemetry: TelemetryConfig,
+    /// The master keys: the relay seals every payload with its tenant's (or subject's) data
+    /// key, itself sealed by `secrets.key` (`hookstream_store::payload_keys`).
+    pub secrets: SecretsConfig,
     pub relay: RelaySettings,
 }
 
@@ -34,6 +37,9 @@ pub struct RelaySettings {
     pub idempotency_window_days: u32,
     /// How often old idempotency keys are pruned.
     pub prune_interval_ms: u64,
+    /// Seal payloads before they reach Kafka (on by default). Off, payloads travel and rest in
+    /// clear and erasure cannot reach Kafka: only for measuring what sealing costs.
+    pub seal_payloads: bool,
 }
 
 impl Default for RelaySettings {
@@ -47,6 +53,7 @@ impl Default for RelaySettings {
             rebalance_interval_ms: 2_000,
             idempotency_window_days: 7,
             prune_interval_ms: 3_600_000,
+            seal_payloads: true,
         }
     }
 }
@@ -56,6 +63,12 @@ impl Validate for Config {
         self.database.validate()?;
         self.kafka.validate()?;
         self.telemetry.validate()?;
+        self.secrets.validate()?;
+        if self.secrets.keys()?.is_empty() {
+            return Err(ConfigError::new(
+                "secrets.key (or secrets.key_file) is required: it seals the payloads' data keys",
+            ));
+        }
         self.relay.validate()
     }
 }
@@ -94,22 +107,34 @@ impl Validate for RelaySettings {
 mod tests {
     use super::*;
 
+    const KEY: &str =
+        "[secrets]\nkey = \"k:0000000000000000000000000000000000000000000000000000000000000000\"\n";
+
+    fn load(text: &str) -> Result<Config, ConfigError> {
+        hookstream_config::load_toml_str::<Config>(&format!("{KEY}{text}"))
+    }
+
     #[test]
     fn zero_batches_and_intervals_are_refused_by_name() {
-        let err = hookstream_config::load_toml_str::<Config>("[relay]\nbatch_size = 0\n").unwrap_err();
+        let err = load("[relay]\nbatch_size = 0\n").unwrap_err();
         assert!(err.to_string().contains("relay.batch_size"), "{err}");
-        hookstream_config::load_toml_str::<Config>("").unwrap();
+        load("").unwrap();
+    }
+
+    #[test]
+    fn a_master_key_is_required() {
+        let err = hookstream_config::load_toml_str::<Config>("").unwrap_err();
+        assert!(err.to_string().contains("secrets.key"), "{err}");
     }
 
     #[test]
     fn a_record_limit_past_what_hand_offs_can_carry_is_refused() {
-        let err =
-            hookstream_config::load_toml_str::<Config>("[relay]\nmax_record_bytes = 2097152\n").unwrap_err();
+        let err = load("[relay]\nmax_record_bytes = 2097152\n").unwrap_err();
         assert!(
             err.to_string()
                 .contains("relay.max_record_bytes must be at most 1966080"),
             "{err}"
         );
-        hookstream_config::load_toml_str::<Config>("[relay]\nmax_record_bytes = 1966080\n").unwrap();
+        load("[relay]\nmax_record_bytes = 1966080\n").unwrap();
     }
 }

@@ -6,7 +6,9 @@
 //! owner at a time (a session-level advisory lock held on the connection that runs the
 //! claims), so an aggregate's events reach Kafka in commit order even with several relays.
 //! Rows that can never be shipped move to `hookstream.outbox_quarantine` with a reason
-//! instead of blocking their shard (invariant 5).
+//! instead of blocking their shard (invariant 5). Every payload is sealed with its tenant's (or
+//! subject's) data key before it is produced, and the message store's copy is sealed in the
+//! same transaction (`hookstream_store::payload_keys`): from here on, no copy is in clear.
 
 #![forbid(unsafe_code)]
 
@@ -14,12 +16,17 @@ mod config;
 mod maintenance;
 mod metrics;
 
+use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hookstream_kafka::rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use hookstream_kafka::rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
 use hookstream_proto::{EventEnvelope, Message as _};
+use hookstream_store::messages::{self, SealedCopy};
 use hookstream_store::outbox::{self, OutboxRow};
+use hookstream_store::payload_keys::{self, DataKey, KeyScope};
+use hookstream_store::sealing::Sealer;
 use hookstream_store::sqlx::postgres::PgConnection;
 use hookstream_store::sqlx::{self, Connection, PgPool};
 use hookstream_store::wakeup::Wakeup;
@@ -52,6 +59,8 @@ pub enum RelayError {
     KafkaUnusable(#[from] hookstream_kafka::ProbeError),
     #[error(transparent)]
     Topic(#[from] hookstream_kafka::TopicError),
+    #[error("configuration: {0}")]
+    Config(String),
 }
 
 impl ServiceError for RelayError {
@@ -61,6 +70,7 @@ impl ServiceError for RelayError {
             RelayError::KafkaUnusable(e) if e.is_configuration() => 2,
             // A missing or refused events topic.
             RelayError::Topic(e) if e.is_configuration() => 2,
+            RelayError::Config(_) => 2,
             _ => 1,
         }
     }
@@ -74,6 +84,7 @@ pub async fn run(
     health: Health,
     shutdown: CancellationToken,
 ) -> Result<(), RelayError> {
+    let sealer = Arc::new(Sealer::from_config(&cfg.secrets).map_err(|e| RelayError::Config(e.to_string()))?);
     // Wrong credentials or an unreachable cluster stop the start here, saying which.
     if !hookstream_kafka::probe_at_start(&cfg.kafka, &shutdown).await? {
         return Ok(()); // asked to stop while waiting for Kafka
@@ -106,6 +117,7 @@ pub async fn run(
         cfg,
         pool,
         producer,
+        sealer,
         metrics,
         shutdown: shutdown.clone(),
         owner: None,
@@ -132,6 +144,8 @@ struct Relay {
     cfg: Config,
     pool: PgPool,
     producer: FutureProducer,
+    /// Opens and seals the payloads' data keys.
+    sealer: Arc<Sealer>,
     metrics: RelayMetrics,
     shutdown: CancellationToken,
     /// The connection that holds the shard locks and runs every claim transaction.
@@ -319,15 +333,44 @@ impl Relay {
             answered(deadline, tx.commit()).await?;
             return Ok(BatchResult { claimed: 0 });
         }
+        let keys = if self.cfg.relay.seal_payloads {
+            let mut scopes: Vec<KeyScope> = rows
+                .iter()
+                .filter(|r| unshippable(r).is_none())
+                .map(key_scope)
+                .collect();
+            scopes.sort_unstable();
+            scopes.dedup();
+            answered(
+                deadline,
+                payload_keys::sealing_keys(&mut tx, &self.pool, &self.sealer, &scopes),
+            )
+            .await?
+        } else {
+            HashMap::new()
+        };
         let mut quarantined: Vec<(i64, String)> = Vec::new();
         let mut pending: Vec<(i64, DeliveryFuture)> = Vec::with_capacity(rows.len());
+        let mut copies: HashMap<i64, SealedCopy> = HashMap::new();
         let relayed_at_ms = chrono::Utc::now().timestamp_millis();
         for row in &rows {
             if let Some(reason) = unshippable(row) {
                 quarantined.push((row.id, reason));
                 continue;
             }
-            let record = envelope(row, relayed_at_ms).encode_to_vec();
+            let event = envelope(row, relayed_at_ms, keys.get(&key_scope(row)));
+            if !event.payload_key.is_empty() {
+                copies.insert(
+                    row.id,
+                    SealedCopy {
+                        tenant: row.tenant_id,
+                        event: row.event_id,
+                        key: keys[&key_scope(row)].id,
+                        sealed: event.payload.to_vec(),
+                    },
+                );
+            }
+            let record = event.encode_to_vec();
             if record.len() > max_bytes {
                 quarantined.push((
                     row.id,
@@ -391,6 +434,8 @@ impl Relay {
             answered(deadline, tx.rollback()).await?;
             return Err(e.into());
         }
+        let sealed: Vec<SealedCopy> = shipped.iter().filter_map(|id| copies.remove(id)).collect();
+        answered(deadline, messages::seal_copies(&mut tx, &sealed)).await?;
         answered(deadline, outbox::finish(&mut tx, &shipped, &quarantined)).await?;
         answered(deadline, tx.commit()).await?;
         for (id, reason) in &quarantined {
@@ -438,7 +483,19 @@ fn kafka_key(row: &OutboxRow) -> String {
     }
 }
 
-fn envelope(row: &OutboxRow, relayed_at_ms: i64) -> EventEnvelope {
+/// The data key a row's payload is sealed with: its tenant's, its subject's if it names one,
+/// of the day it is due (retention erases whole days).
+fn key_scope(row: &OutboxRow) -> KeyScope {
+    (
+        row.tenant_id,
+        row.subject.as_deref().map(payload_keys::subject_digest),
+        row.deliver_at.unwrap_or(row.created_at).date_naive(),
+    )
+}
+
+/// The record shipped for `row`, its payload sealed with `key` (in clear without one: sealing
+/// switched off).
+fn envelope(row: &OutboxRow, relayed_at_ms: i64, key: Option<&DataKey>) -> EventEnvelope {
     let headers = match &row.headers {
         serde_json::Value::Object(map) => map
             .iter()
@@ -451,13 +508,22 @@ fn envelope(row: &OutboxRow, relayed_at_ms: i64) -> EventEnvelope {
             .collect(),
         _ => Default::default(),
     };
+    let (event_id, tenant_id) = (row.event_id.to_string(), row.tenant_id.to_string());
+    let (payload, payload_key) = match key {
+        Some(k) => (
+            k.seal(&event_id, &tenant_id, row.payload.as_bytes()),
+            k.id.to_string(),
+        ),
+        None => (row.payload.clone().into_bytes(), String::new()),
+    };
     EventEnvelope {
-        event_id: row.event_id.to_string(),
-        tenant_id: row.tenant_id.to_string(),
+        event_id,
+        tenant_id,
         event_type: row.event_type.clone(),
         aggregate_type: row.aggregate_type.clone(),
         aggregate_id: row.aggregate_id.clone(),
-        payload: row.payload.clone().into_bytes().into(),
+        payload: payload.into(),
+        payload_key,
         headers,
         created_at_ms: row.created_at.timestamp_millis(),
         outbox_id: row.id,

@@ -335,6 +335,7 @@ async fn a_row_the_producer_refuses_is_quarantined_and_the_rows_behind_it_flow()
     kafka.client.insert("message.max.bytes".into(), "10000".into());
     let cfg = outbox_relay::Config {
         database: env.database.clone(),
+        secrets: env.secrets.clone(),
         kafka,
         ..Default::default()
     };
@@ -453,6 +454,7 @@ async fn idempotency_keys_past_their_window_are_pruned_in_batches() {
 
     let cfg = outbox_relay::Config {
         database: env.database.clone(),
+        secrets: env.secrets.clone(),
         kafka: env.kafka.clone(),
         relay: outbox_relay::RelaySettings {
             prune_interval_ms: 200,
