@@ -169,7 +169,11 @@ impl AttemptLog {
             next_tier,
             event_type: a.event.event_type.clone(),
             aggregate_id: a.event.aggregate_id.clone(),
-            payload_bytes: u32::try_from(a.event.payload.len()).unwrap_or(u32::MAX),
+            payload_bytes: u32::try_from(hookstream_store::payload_keys::plain_len(
+                &a.event.payload_key,
+                a.event.payload.len(),
+            ))
+            .unwrap_or(u32::MAX),
             committed_at_ms: a.event.created_at_ms,
             relayed_at_ms: a.event.relayed_at_ms,
         }

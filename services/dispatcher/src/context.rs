@@ -21,6 +21,8 @@ use crate::subscriptions::Subscriptions;
 pub(crate) struct Context {
     pub(crate) engine: Engine,
     pub(crate) subs: Arc<Subscriptions>,
+    /// Opens sealed payloads (`hookstream_store::payload_keys`).
+    pub(crate) keys: hookstream_store::payload_keys::Keyring,
     /// Hand-offs to the retry tiers and the DLQ (acknowledged before an offset is stored).
     pub(crate) producer: hookstream_kafka::HandoffProducer,
     /// The attempt log: fire and forget.

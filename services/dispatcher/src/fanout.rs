@@ -18,7 +18,7 @@ use uuid::Uuid;
 use crate::attempt_log::Trigger;
 use crate::context::{now_ms, pause, Context, Finished, Read};
 use crate::subscriptions::Route;
-use crate::{handoff, outcome};
+use crate::{handoff, outcome, payloads};
 
 /// An event routed again: how many times it was, and when its tenant was first missing.
 #[derive(Debug, Clone, Copy, Default)]
@@ -37,7 +37,12 @@ pub(crate) async fn route_and_deliver(
     if event.deliver_at_ms > now_ms() {
         return Box::pin(schedule(ctx, event, read)).await;
     }
-    let candidate = Candidate::new(&event.event_type, &event.channels, &event.payload);
+    // Opened only here, in memory: what is handed on below stays sealed.
+    let body = match payloads::open(ctx, &event, "", reroute.tries, &read).await {
+        Ok(body) => body,
+        Err(finished) => return finished,
+    };
+    let candidate = Candidate::new(&event.event_type, &event.channels, &body);
     let route = match Uuid::parse_str(&event.tenant_id) {
         Err(_) => Route::UnknownTenant,
         Ok(tenant) => loop {
@@ -78,7 +83,7 @@ pub(crate) async fn route_and_deliver(
         },
         _ = ctx.shutdown.cancelled() => return Ok(false),
     };
-    let deliver = |ep| outcome::attempt(ctx, &event, ep, 1, 0, &read, Trigger::First);
+    let deliver = |ep| outcome::attempt(ctx, &event, &body, ep, 1, 0, &read, Trigger::First);
     if let [ep] = endpoints.as_slice() {
         return deliver(ep).await;
     }

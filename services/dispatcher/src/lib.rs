@@ -30,6 +30,7 @@ mod handoff;
 pub mod isolation;
 mod metrics;
 mod outcome;
+mod payloads;
 mod pressure;
 pub mod retry;
 mod sink;
@@ -164,6 +165,10 @@ pub async fn run(
         }
         metrics.init_tiers(cfg.retry.tiers().iter().map(|t| cfg.retry.tier_label(&t.topic)));
     }
+    let keys = hookstream_store::payload_keys::Keyring::new(
+        pool.clone(),
+        Arc::new(Sealer::from_config(&cfg.secrets).map_err(|e| DispatchError::Config(e.to_string()))?),
+    );
     let subs = subscriptions::Subscriptions::load(
         pool.clone(),
         sealer,
@@ -193,6 +198,7 @@ pub async fn run(
     let ctx = Arc::new(Context {
         engine: Engine::new(&cfg.delivery)?,
         subs: subs.clone(),
+        keys,
         producer,
         attempt_log,
         pool: pool.clone(),

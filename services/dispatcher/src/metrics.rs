@@ -369,6 +369,8 @@ impl DispatcherMetrics {
                 "unknown_tenant",
                 "unknown_tenant_rerouted",
                 "undecodable",
+                "erased",
+                "unreadable_payload",
             ],
         );
         let verdicts = ["delivered", "retryable", "permanent", "gone"];
@@ -383,6 +385,8 @@ impl DispatcherMetrics {
                 "decode",
                 "unknown_tenant",
                 "endpoint_disabled",
+                "erased",
+                "unreadable_payload",
                 crate::handoff::TOO_LARGE,
             ])
             .collect();

@@ -14,11 +14,14 @@ use crate::attempt_log::{verdict_label, Attempt, Next, Trigger};
 use crate::context::{now_ms, Context, Finished, Read};
 use crate::{endpoint_health, handoff, retry};
 
-/// Attempt number `attempt` (1 on the main path) of `event` to `ep`. `Ok(true)` once the
-/// delivery is done or durably handed on; `Ok(false)` when shutdown left it undone.
+/// Attempt number `attempt` (1 on the main path) of `event` to `ep`, `body` being its payload
+/// opened (`event` keeps it sealed, for the hand-offs). `Ok(true)` once the delivery is done or
+/// durably handed on; `Ok(false)` when shutdown left it undone.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn attempt(
     ctx: &Context,
     event: &EventEnvelope,
+    body: &Bytes,
     ep: &ActiveEndpoint,
     attempt: u32,
     first_attempt_at_ms: i64,
@@ -70,7 +73,7 @@ pub(crate) async fn attempt(
         let msg = Message {
             id: &event.event_id,
             event_type: &event.event_type,
-            body: &event.payload,
+            body,
             attempt,
         };
         ctx.metrics.requests_in_flight.inc();

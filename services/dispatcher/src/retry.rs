@@ -32,7 +32,7 @@ use crate::context::{now_ms, Context, Finished, Read};
 use crate::events::done;
 use crate::fanout::{self, Reroute};
 use crate::isolation::Refusal;
-use crate::{handoff, outcome};
+use crate::{handoff, outcome, payloads};
 
 /// How long to wait before the attempt after `failed_attempt` (1-based), or `None` when the
 /// schedule is exhausted. `spread` in [-1, 1] scales the jitter. Never shorter than the
@@ -394,9 +394,14 @@ async fn deliver(ctx: &Context, task: DeliveryTask, position: SourcePosition, tr
         };
         return handoff::dead_letter(ctx, letter, &task.endpoint_id).await;
     };
+    let body = match payloads::open(ctx, &event, &task.endpoint_id, task.attempt, &read).await {
+        Ok(body) => body,
+        Err(finished) => return finished,
+    };
     outcome::attempt(
         ctx,
         &event,
+        &body,
         &ep,
         task.attempt.saturating_add(1),
         task.first_attempt_at_ms,

@@ -321,6 +321,7 @@ async fn every_metric_the_dashboard_and_the_alerts_use_is_exported() {
     .await;
     let relay_cfg = outbox_relay::Config {
         database: env.database.clone(),
+        secrets: env.secrets.clone(),
         kafka: env.kafka.clone(),
         ..Default::default()
     };

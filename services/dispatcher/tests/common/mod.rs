@@ -57,6 +57,7 @@ pub fn spawn_relay(
 ) -> tokio::task::JoinHandle<()> {
     let cfg = outbox_relay::Config {
         database: env.database.clone(),
+        secrets: env.secrets.clone(),
         kafka,
         ..Default::default()
     };
