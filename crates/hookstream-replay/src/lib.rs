@@ -33,7 +33,7 @@ use hookstream_kafka::rdkafka::{Message, Offset, TopicPartitionList};
 use hookstream_proto::{DeliveryTask, EventEnvelope, Message as _, SourcePosition};
 use hookstream_store::dead_letters::{self, DeadLetterDetail, Filter};
 use hookstream_store::sqlx::PgPool;
-use hookstream_store::{endpoints, tenants, EventFilter, StoreError};
+use hookstream_store::{endpoints, payload_keys, tenants, EventFilter, StoreError};
 use serde::Serialize;
 use uuid::Uuid;
 
@@ -111,6 +111,8 @@ pub enum ReplayError {
     },
     #[error("kafka did not acknowledge the task: {0}")]
     NotAcknowledged(String),
+    #[error("event {event} cannot be sent again: {reason}")]
+    Erased { event: String, reason: &'static str },
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -269,7 +271,15 @@ impl Replayer {
             // What each row is: a task to send, or the reason it is skipped.
             let mut decided = Vec::with_capacity(page.len());
             for row in page {
-                let verdict = match replayable(&row) {
+                let mut verdict = replayable(&row);
+                if let Ok((_, event)) = &verdict {
+                    if let Some(reason) =
+                        payload_keys::why_erased(&self.pool, &event.payload_key, &event.event_id).await?
+                    {
+                        verdict = Err(reason.to_string());
+                    }
+                }
+                let verdict = match verdict {
                     Ok((target, event)) => {
                         if let std::collections::hash_map::Entry::Vacant(slot) = target_state.entry(target) {
                             slot.insert(self.target_usable(target).await?);
@@ -585,6 +595,14 @@ impl Replayer {
         origin: Option<SourcePosition>,
         interval: Option<Duration>,
     ) -> Result<(), ReplayError> {
+        if let Some(reason) =
+            payload_keys::why_erased(&self.pool, &event.payload_key, &event.event_id).await?
+        {
+            return Err(ReplayError::Erased {
+                event: event.event_id,
+                reason,
+            });
+        }
         let task = DeliveryTask {
             event: Some(event),
             endpoint_id: endpoint_id.to_string(),

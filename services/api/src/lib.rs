@@ -22,6 +22,7 @@ mod maintenance;
 pub mod metrics;
 pub mod models;
 pub mod page;
+mod payloads;
 pub mod portal;
 mod routes;
 pub mod unimplemented;
@@ -87,6 +88,8 @@ const POOL_CLOSE_WAIT: Duration = Duration::from_secs(5);
 pub struct AppState {
     pub(crate) pool: PgPool,
     pub(crate) sealer: Arc<Sealer>,
+    /// Opens stored payloads and seals what the API sends.
+    pub(crate) payloads: payloads::Payloads,
     pub(crate) policy: AddressPolicy,
     pub(crate) cfg: Arc<ApiSettings>,
     pub(crate) auth: Arc<Authenticator>,
@@ -155,9 +158,12 @@ pub async fn run(
         metrics.clone(),
     );
     let grace = Duration::from_millis(cfg.api.shutdown_grace_ms);
+    let sealer = Arc::new(sealer);
+    let payloads = payloads::Payloads::new(pool.clone(), sealer.clone());
     let state = AppState {
         pool: pool.clone(),
-        sealer: Arc::new(sealer),
+        sealer,
+        payloads: payloads.clone(),
         policy,
         cfg: Arc::new(cfg.api.clone()),
         auth: auth.clone(),
@@ -200,6 +206,7 @@ pub async fn run(
             pool: pool.clone(),
             replayer: state.replayer.clone(),
             cfg: state.cfg.clone(),
+            payloads: payloads.clone(),
         }
         .run(shutdown.clone()),
     );

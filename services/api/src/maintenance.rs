@@ -1,5 +1,6 @@
 //! Keeps the message store's day partitions: creates today's and `api.partition_days_ahead`
-//! days ahead, and drops the days older than `api.message_retention_days`, every
+//! days ahead, and drops the days older than `api.message_retention_days` (and erases those
+//! days' payload data keys, so their copies in Kafka and the dead-letter store go too), every
 //! `api.maintenance_interval_ms` (and at start). A round that fails is logged and tried again
 //! at the next one: producers never depend on it (rows of a day without a partition land in the
 //! default partition). Each round also deletes the tenant portal's login links and sessions
@@ -46,6 +47,15 @@ async fn round(pool: &PgPool, cfg: &ApiSettings, answer: Duration) -> Result<(),
     let dropped = answered(answer, messages::drop_partitions_before(pool, cutoff)).await?;
     if !dropped.is_empty() {
         tracing::info!(partitions = ?dropped, "message partitions: dropped past retention");
+    }
+    // The same days' payloads everywhere else (Kafka, dead letters): their data keys go.
+    let keys = answered(
+        answer,
+        hookstream_store::payload_keys::erase_days_before(pool, cutoff),
+    )
+    .await?;
+    if keys > 0 {
+        tracing::info!(keys, before = %cutoff, "payload keys past retention erased");
     }
     let expired = Utc::now() - chrono::Duration::days(1);
     let pruned = answered(answer, hookstream_store::portal::prune(pool, expired)).await?;

@@ -344,6 +344,8 @@ pub enum BackgroundTaskType {
     EndpointRecover,
     #[serde(rename = "endpoint.bulk-replay")]
     EndpointBulkReplay,
+    #[serde(rename = "application.purge_content")]
+    ApplicationPurgeContent,
 }
 
 impl BackgroundTaskType {
@@ -352,6 +354,7 @@ impl BackgroundTaskType {
             hookstream_store::background_tasks::REPLAY => Some(Self::EndpointReplay),
             hookstream_store::background_tasks::RECOVER => Some(Self::EndpointRecover),
             hookstream_store::background_tasks::BULK_REPLAY => Some(Self::EndpointBulkReplay),
+            hookstream_store::background_tasks::PURGE_CONTENT => Some(Self::ApplicationPurgeContent),
             _ => None,
         }
     }
@@ -361,6 +364,7 @@ impl BackgroundTaskType {
             Self::EndpointReplay => hookstream_store::background_tasks::REPLAY,
             Self::EndpointRecover => hookstream_store::background_tasks::RECOVER,
             Self::EndpointBulkReplay => hookstream_store::background_tasks::BULK_REPLAY,
+            Self::ApplicationPurgeContent => hookstream_store::background_tasks::PURGE_CONTENT,
         }
     }
 }

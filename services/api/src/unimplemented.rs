@@ -41,7 +41,6 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("PUT", "/api/v1/app/{app_id}/integration/{integ_id}"),
     ("POST", "/api/v1/app/{app_id}/integration/{integ_id}/key/rotate"),
     ("POST", "/api/v1/app/{app_id}/msg/bulk-expunge"),
-    ("POST", "/api/v1/app/{app_id}/msg/expunge-all-contents"),
     ("POST", "/api/v1/app/{app_id}/msg/precheck/active"),
     ("GET", "/api/v1/app/{app_id}/poller/{sink_id}"),
     (

@@ -147,7 +147,13 @@ pub struct ResendArgs {
     json: bool,
 }
 
-pub async fn run(cmd: DlqCmd, pool: &PgPool, kafka: &KafkaConfig, retry: &RetryConfig) -> anyhow::Result<()> {
+pub async fn run(
+    cmd: DlqCmd,
+    pool: &PgPool,
+    kafka: &KafkaConfig,
+    retry: &RetryConfig,
+    secrets: &hookstream_config::SecretsConfig,
+) -> anyhow::Result<()> {
     match cmd {
         DlqCmd::List { sel, limit, json } => {
             if limit <= 0 {
@@ -164,10 +170,13 @@ pub async fn run(cmd: DlqCmd, pool: &PgPool, kafka: &KafkaConfig, retry: &RetryC
             }
         }
         DlqCmd::Show { id, json } => {
-            let d = match dead_letters::get(pool, id).await {
+            let mut d = match dead_letters::get(pool, id).await {
                 Err(StoreError::NotFound(_)) => bail!("dead letter {id} not found"),
                 other => other?,
             };
+            if let Some(why) = open_payload(pool, secrets, &mut d).await? {
+                eprintln!("its payload cannot be shown: {why}");
+            }
             if json {
                 println!("{}", serde_json::to_string(&show_json(&d)?)?);
             } else {
@@ -503,6 +512,41 @@ fn print_list(rows: &[DeadLetter]) {
         ],
         table,
     );
+}
+
+/// Opens the stored event's sealed payload, in memory only, for showing it; the reason when it
+/// does not open (then the payload shown is `{}`).
+async fn open_payload(
+    pool: &PgPool,
+    secrets: &hookstream_config::SecretsConfig,
+    d: &mut DeadLetterDetail,
+) -> anyhow::Result<Option<String>> {
+    let Some(mut e) = d.event.as_deref().and_then(|b| EventEnvelope::decode(b).ok()) else {
+        return Ok(None);
+    };
+    if e.payload_key.is_empty() {
+        return Ok(None);
+    }
+    let keys = hookstream_store::payload_keys::Keyring::new(
+        pool.clone(),
+        std::sync::Arc::new(crate::secrets::sealer(secrets)?),
+    );
+    let opened = keys
+        .open(&e.payload_key, &e.event_id, &e.tenant_id, &e.payload)
+        .await?;
+    let why = match opened {
+        Ok(plain) => {
+            e.payload = plain.into();
+            None
+        }
+        Err(why) => {
+            e.payload = bytes::Bytes::from_static(b"{}");
+            Some(why.to_string())
+        }
+    };
+    e.payload_key.clear();
+    d.event = Some(e.encode_to_vec());
+    Ok(why)
 }
 
 fn print_show(d: &DeadLetterDetail) {

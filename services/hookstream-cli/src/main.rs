@@ -83,6 +83,20 @@ enum Command {
     /// Keys that seal endpoint secrets at rest.
     #[command(subcommand)]
     Secrets(secrets::SecretsCmd),
+    /// Erase every payload of a tenant, or of one subject of it: destroys their data keys, so
+    /// no copy in Kafka, the dead-letter store or the message store opens again, and deletes
+    /// what the outbox still holds of them. Written to the audit log (`hookstream.erasures`).
+    Erase {
+        /// The tenant whose payloads are erased.
+        #[arg(long)]
+        tenant: uuid::Uuid,
+        /// Only the payloads the producer enqueued with this subject.
+        #[arg(long)]
+        subject: Option<String>,
+        /// Print the result as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Tenant API keys for the admin API.
     #[command(subcommand)]
     ApiKey(api_keys::ApiKeyCmd),
@@ -319,7 +333,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 .await
                 .with_context(|| format!("connecting to {}", cfg.database.redacted_url()))?;
             match command {
-                Command::Dlq(cmd) => dlq::run(cmd, &pool, &cfg.kafka, &cfg.retry).await,
+                Command::Dlq(cmd) => dlq::run(cmd, &pool, &cfg.kafka, &cfg.retry, &cfg.secrets).await,
                 Command::ApiKey(cmd) => api_keys::run(cmd, &pool).await,
                 Command::Health(a) => {
                     let groups = health::Groups {
@@ -418,6 +432,26 @@ async fn run_db(command: Command, pool: &PgPool, cfg: &CliConfig) -> anyhow::Res
             }
         }
         Command::Secrets(secrets::SecretsCmd::Seal) => secrets::seal(pool, secrets_cfg).await?,
+        Command::Erase {
+            tenant,
+            subject,
+            json,
+        } => {
+            let erased =
+                hookstream_store::payload_keys::erase(pool, tenant, subject.as_deref(), "cli").await?;
+            if json {
+                println!("{}", serde_json::to_string(&erased)?);
+            } else {
+                println!(
+                    "erased: {} data key(s) destroyed, {} outbox row(s) deleted, {} stored message(s) emptied; \
+                     dispatchers stop delivering them within {} s",
+                    erased.keys,
+                    erased.outbox_deleted,
+                    erased.messages,
+                    hookstream_store::payload_keys::KEY_CACHE_TTL.as_secs()
+                );
+            }
+        }
         Command::Outbox(OutboxCmd::Backlog) => {
             let (rows, age) = outbox::backlog(pool).await?;
             println!("{rows} rows waiting, oldest {age:.1} s");

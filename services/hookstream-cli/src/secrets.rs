@@ -18,7 +18,8 @@ pub enum SecretsCmd {
         id: String,
     },
     /// Seal every endpoint secret with the current key: plaintext rows written before
-    /// sealing existed, and rows sealed with a previous key (after a key rotation).
+    /// sealing existed, and rows sealed with a previous key (after a key rotation); and re-seal
+    /// every payload data key with it.
     Seal,
 }
 
@@ -55,6 +56,14 @@ pub async fn seal(pool: &PgPool, cfg: &SecretsConfig) -> anyhow::Result<()> {
         "{} endpoint secret(s) and {} endpoint url(s) sealed with key {}",
         done.secrets,
         done.urls,
+        sealer.active_key_id()
+    );
+    let keys = hookstream_store::payload_keys::reseal(pool, &sealer)
+        .await
+        .context("re-sealing payload data keys")?;
+    let left = hookstream_store::payload_keys::sealed_with_other_keys(pool, sealer.active_key_id()).await?;
+    println!(
+        "{keys} payload data key(s) re-sealed with key {}; {left} left on other keys",
         sealer.active_key_id()
     );
     Ok(())

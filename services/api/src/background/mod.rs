@@ -98,6 +98,7 @@ pub(crate) struct Runner {
     pub(crate) pool: PgPool,
     pub(crate) replayer: Option<Arc<Replayer>>,
     pub(crate) cfg: Arc<ApiSettings>,
+    pub(crate) payloads: crate::payloads::Payloads,
 }
 
 impl Runner {
@@ -147,6 +148,7 @@ impl Runner {
                     pool: &self.pool,
                     replayer: &replayer,
                     cfg: &self.cfg,
+                    payloads: &self.payloads,
                     task: &task,
                     stop: &stop,
                 };
@@ -198,6 +200,7 @@ struct Job<'a> {
     pool: &'a PgPool,
     replayer: &'a Replayer,
     cfg: &'a ApiSettings,
+    payloads: &'a crate::payloads::Payloads,
     task: &'a Task,
     stop: &'a CancellationToken,
 }
@@ -209,4 +212,6 @@ enum Fault {
     Store(#[from] StoreError),
     #[error(transparent)]
     Replay(#[from] hookstream_replay::ReplayError),
+    #[error("cannot seal the payload: {0}")]
+    Seal(String),
 }

@@ -25,7 +25,6 @@ use hookstream_store::endpoint_admin::{self, EndpointRef};
 use hookstream_store::messages::{self, ListFilter};
 
 use super::{Fault, Job, Outcome, Progress};
-use crate::routes::messages::envelope;
 
 /// Messages read at a time.
 const PAGE: i64 = 200;
@@ -70,7 +69,9 @@ pub(super) async fn run(job: &Job<'_>, progress: &mut Progress) -> Result<Outcom
     let mut pace = tokio::time::interval(interval);
     pace.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        let page = messages::list(job.pool, task.tenant_id, progress.cursor, false, &filter, PAGE).await?;
+        let mut page =
+            messages::list(job.pool, task.tenant_id, progress.cursor, false, &filter, PAGE).await?;
+        messages::open_all(job.payloads.keys(), &mut page).await?;
         if page.is_empty() {
             return Ok(Outcome::Finished);
         }
@@ -82,6 +83,8 @@ pub(super) async fn run(job: &Job<'_>, progress: &mut Progress) -> Result<Outcom
             .collect();
         for m in &page {
             let send = match latest.get(&m.event_id) {
+                // Erased content is not sent again.
+                _ if m.erased => false,
                 None if bulk => false,
                 None => {
                     m.deliver_at.is_none_or(|at| at <= Utc::now())
@@ -94,12 +97,21 @@ pub(super) async fn run(job: &Job<'_>, progress: &mut Progress) -> Result<Outcom
                 Some(_) if !bulk => false,
                 Some(a) => wanted(params, a),
             };
-            if send {
+            // Erased since it was listed: skipped like one erased before.
+            let event = match send {
+                false => None,
+                true => match job.payloads.envelope(m).await {
+                    Ok(event) => Some(event),
+                    Err(crate::error::ApiError::Conflict(_)) => None,
+                    Err(e) => return Err(Fault::Seal(format!("{e:?}"))),
+                },
+            };
+            if let Some(event) = event {
                 tokio::select! {
                     _ = job.stop.cancelled() => return Ok(Outcome::Paused),
                     _ = pace.tick() => {}
                 }
-                job.replayer.send_paced(envelope(m), ep.id, interval).await?;
+                job.replayer.send_paced(event, ep.id, interval).await?;
                 progress.sent += 1;
             } else {
                 progress.skipped += 1;

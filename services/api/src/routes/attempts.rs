@@ -15,7 +15,7 @@ use hookstream_store::endpoint_admin::{self, ManagedEndpoint};
 use hookstream_store::{messages, EventFilter};
 use uuid::Uuid;
 
-use super::messages::{envelope, message_of};
+use super::messages::message_of;
 use super::{endpoint_of, tenant_of, Errors};
 use crate::auth::Principal;
 use crate::error::{ApiError, ApiResult};
@@ -291,11 +291,9 @@ pub async fn list_attempted_messages(
     )
     .await?;
     let ids: Vec<Uuid> = states.iter().map(|s| s.event_id).collect();
-    let found: HashMap<Uuid, messages::Message> = messages::get_many(&state.pool, tenant, &ids, with_content)
-        .await?
-        .into_iter()
-        .map(|m| (m.event_id, m))
-        .collect();
+    let mut found = messages::get_many(&state.pool, tenant, &ids, with_content).await?;
+    state.payloads.open(&mut found).await?;
+    let found: HashMap<Uuid, messages::Message> = found.into_iter().map(|m| (m.event_id, m)).collect();
     let data = states
         .into_iter()
         .map(|s| {
@@ -451,7 +449,8 @@ pub(crate) async fn resend_to(
         .replayer
         .clone()
         .ok_or_else(|| ApiError::Unavailable("retries are disabled: resends cannot be delivered".into()))?;
-    replayer.send_event(envelope(msg), ep.id, None).await?;
+    let event = state.payloads.envelope(msg).await?;
+    replayer.send_event(event, ep.id, None).await?;
     Ok(())
 }
 

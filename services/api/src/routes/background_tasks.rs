@@ -39,8 +39,12 @@ fn kind_of(t: &Task) -> BackgroundTaskType {
     BackgroundTaskType::parse(&t.kind).unwrap_or(BackgroundTaskType::EndpointRecover)
 }
 
-fn out(t: Task) -> BackgroundTaskOut {
-    let mut data = serde_json::json!({ "messagesSent": t.sent, "messagesSkipped": t.skipped });
+pub(crate) fn out(t: Task) -> BackgroundTaskOut {
+    let mut data = if t.kind == background_tasks::PURGE_CONTENT {
+        serde_json::json!({ "messagesPurged": t.sent })
+    } else {
+        serde_json::json!({ "messagesSent": t.sent, "messagesSkipped": t.skipped })
+    };
     if let Some(e) = &t.error {
         data["error"] = e.clone().into();
     }

@@ -485,8 +485,8 @@ pub(crate) async fn send_to(
     let stored = messages::get(&state.pool, tenant, id, true)
         .await?
         .ok_or_else(|| ApiError::Internal("the example message vanished".into()))?;
-    replayer
-        .send_event(super::messages::envelope(&stored), ep.id, None)
-        .await?;
+    // Sealed (and its store copy with it) before it reaches Kafka.
+    let event = state.payloads.envelope(&stored).await?;
+    replayer.send_event(event, ep.id, None).await?;
     Ok(stored)
 }

@@ -5,11 +5,11 @@ use axum::extract::{RawQuery, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::IntoResponse;
 use chrono::{DateTime, Utc};
-use hookstream_proto::EventEnvelope;
 use hookstream_routing::channels;
 use hookstream_store::applications::{self, AppRef};
 use hookstream_store::event_types;
 use hookstream_store::messages::{self, ListFilter, Message, NewMessage};
+use hookstream_store::{background_tasks, payload_keys};
 use serde_json::value::RawValue;
 use uuid::Uuid;
 
@@ -17,7 +17,9 @@ use super::{check_catalogue, check_uid, refuse_set, tenant_of, Errors};
 use crate::auth::Principal;
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{Json, Path, Query};
-use crate::models::{ListResponse, MessageIn, MessageListParams, MessageOut, WithContentParams};
+use crate::models::{
+    BackgroundTaskOut, ListResponse, MessageIn, MessageListParams, MessageOut, WithContentParams,
+};
 use crate::page::PageReq;
 use crate::AppState;
 
@@ -42,22 +44,6 @@ pub(crate) fn out(m: &Message, with_content: bool) -> MessageOut {
         timestamp: at,
         aggregate_type: m.aggregate_type.clone(),
         aggregate_id: m.aggregate_id.clone(),
-    }
-}
-
-/// The envelope the relay would have shipped for this message (its stored payload text is
-/// what it sends, so signatures match the original deliveries').
-pub(crate) fn envelope(m: &Message) -> EventEnvelope {
-    EventEnvelope {
-        event_id: m.event_id.to_string(),
-        tenant_id: m.tenant_id.to_string(),
-        event_type: m.event_type.clone(),
-        aggregate_type: m.aggregate_type.clone(),
-        aggregate_id: m.aggregate_id.clone(),
-        payload: m.payload.clone().into_bytes().into(),
-        headers: Default::default(),
-        created_at_ms: m.created_at.timestamp_millis(),
-        ..Default::default()
     }
 }
 
@@ -288,7 +274,7 @@ pub async fn list(
         channel: p.channel,
         tag: p.tag,
     };
-    let rows = messages::list(
+    let mut rows = messages::list(
         &state.pool,
         tenant,
         cursor,
@@ -297,6 +283,7 @@ pub async fn list(
         req.fetch(),
     )
     .await?;
+    state.payloads.open(&mut rows).await?;
     let data = rows.iter().map(|m| out(m, with_content)).collect();
     Ok(axum::Json(req.finish(data, |m: &MessageOut| m.id.clone())))
 }
@@ -325,15 +312,18 @@ pub(crate) async fn message_of(
     with_content: bool,
 ) -> ApiResult<Message> {
     let id = Uuid::parse_str(msg_id).map_err(|_| ApiError::not_found("message"))?;
-    messages::get(&state.pool, tenant, id, with_content)
+    let mut m = messages::get(&state.pool, tenant, id, with_content)
         .await?
-        .ok_or_else(|| ApiError::not_found("message"))
+        .ok_or_else(|| ApiError::not_found("message"))?;
+    state.payloads.open(std::slice::from_mut(&mut m)).await?;
+    Ok(m)
 }
 
 /// Delete a message's payload
 ///
-/// The stored payload becomes `{}` (deliveries already made are not affected; a resend then
-/// sends `{}`).
+/// The stored payload becomes `{}` and the message can no longer be resent or replayed
+/// (deliveries already made are not affected). Copies in Kafka stay sealed under the tenant's
+/// data key: `expunge-all-contents` (or an erasure by subject) destroys that.
 #[utoipa::path(delete, path = "/api/v1/app/{app_id}/msg/{msg_id}/content", operation_id = "v1.message.expunge-content", tag = "Message",
     params(("app_id" = String, Path), ("msg_id" = String, Path)),
     responses((status = 204), Errors))]
@@ -345,7 +335,46 @@ pub async fn expunge_content(
     let tenant = tenant_of(&state, &who, &app_id).await?;
     let m = message_of(&state, tenant, &msg_id, false).await?;
     messages::expunge(&state.pool, tenant, m.event_id).await?;
+    payload_keys::record_message_erasure(&state.pool, tenant, m.event_id, &actor(&who)).await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// Who asked, for the erasure audit (`hookstream.erasures`).
+pub(crate) fn actor(who: &Principal) -> String {
+    match who {
+        Principal::Operator { token } => format!("api:operator-token-{token}"),
+        Principal::Tenant { key_id, kind, .. } => format!("api:{kind:?}:{key_id}").to_lowercase(),
+    }
+}
+
+/// Delete all message payloads of an application
+///
+/// Erases every payload of the application's tenant at once: its data keys are destroyed, so
+/// no copy anywhere (Kafka topics, the dead-letter store, the message store) opens again, and
+/// none of its messages can be resent or replayed. Answers with a finished background task
+/// whose `data.messagesPurged` counts the message-store copies emptied.
+#[utoipa::path(post, path = "/api/v1/app/{app_id}/msg/expunge-all-contents", operation_id = "v1.message.expunge-all-contents", tag = "Message",
+    params(("app_id" = String, Path)),
+    responses((status = 202, body = BackgroundTaskOut), Errors))]
+pub async fn expunge_all_contents(
+    State(state): State<AppState>,
+    who: Principal,
+    Path(app_id): Path<String>,
+) -> ApiResult<(StatusCode, axum::Json<BackgroundTaskOut>)> {
+    let tenant = tenant_of(&state, &who, &app_id).await?;
+    let erased = payload_keys::erase(&state.pool, tenant, None, &actor(&who)).await?;
+    state.payloads.keys().forget();
+    let task = background_tasks::record_finished(
+        &state.pool,
+        tenant,
+        background_tasks::PURGE_CONTENT,
+        erased.messages,
+    )
+    .await?;
+    Ok((
+        StatusCode::ACCEPTED,
+        axum::Json(super::background_tasks::out(task)),
+    ))
 }
 
 #[cfg(test)]

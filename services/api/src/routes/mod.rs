@@ -142,6 +142,7 @@ pub fn build() -> OpenApiRouter<AppState> {
         .routes(routes!(messages::list, messages::create))
         .routes(routes!(messages::get))
         .routes(routes!(messages::expunge_content))
+        .routes(routes!(messages::expunge_all_contents))
         .routes(routes!(attempts::list_by_endpoint))
         .routes(routes!(attempts::list_by_msg))
         .routes(routes!(attempts::get))

@@ -224,7 +224,10 @@ pub async fn event(
 ) -> PortalResult {
     let q: EventQuery = query(&q)?;
     let event_id = id(&raw)?;
-    let msg = messages::get(&state.pool, s.tenant, event_id, true).await?;
+    let mut msg = messages::get(&state.pool, s.tenant, event_id, true).await?;
+    if let Some(m) = msg.as_mut() {
+        state.payloads.open(std::slice::from_mut(m)).await?;
+    }
     let statuses = attempts::status(&state.pool, event_id, Some(s.tenant)).await?;
     let filter = AttemptFilter {
         event_id: Some(event_id),
