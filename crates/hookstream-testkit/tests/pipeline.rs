@@ -33,6 +33,7 @@ impl Service {
 fn start_relay(env: &TestEnv) -> Service {
     let cfg = outbox_relay::Config {
         database: env.database.clone(),
+        secrets: env.secrets.clone(),
         kafka: env.kafka.clone(),
         relay: outbox_relay::RelaySettings {
             poll_interval_ms: 200,

@@ -123,6 +123,7 @@ async fn health_follows_the_pipeline_and_fails_past_a_threshold() {
     let token = CancellationToken::new();
     let relay = outbox_relay::Config {
         database: env.database.clone(),
+        secrets: env.secrets.clone(),
         kafka: env.kafka.clone(),
         ..Default::default()
     };

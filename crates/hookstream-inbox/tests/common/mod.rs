@@ -261,6 +261,7 @@ pub fn start_relay(env: &TestEnv) -> CancellationToken {
     let token = CancellationToken::new();
     let relay = outbox_relay::Config {
         database: env.database.clone(),
+        secrets: env.secrets.clone(),
         kafka: env.kafka.clone(),
         ..Default::default()
     };

@@ -76,6 +76,7 @@ pub fn start_pipeline(env: &TestEnv) -> CancellationToken {
     let token = CancellationToken::new();
     let relay = outbox_relay::Config {
         database: env.database.clone(),
+        secrets: env.secrets.clone(),
         kafka: env.kafka.clone(),
         ..Default::default()
     };
