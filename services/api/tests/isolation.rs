@@ -498,6 +498,8 @@ async fn every_portal_route_refuses_another_tenants_ids() {
                     "/portal/login" => assert_eq!(status, StatusCode::UNAUTHORIZED, "{template}"),
                     // B's own new endpoint.
                     "/portal/endpoints" => assert_eq!(status, StatusCode::SEE_OTHER, "{template}: {body}"),
+                    // B's own payloads erased (A's are checked below).
+                    "/portal/erase" => assert_eq!(status, StatusCode::SEE_OTHER, "{template}: {body}"),
                     _ => assert!(status.is_success(), "{method} {template}: {status} {body}"),
                 }
             }
@@ -545,5 +547,10 @@ async fn every_portal_route_refuses_another_tenants_ids() {
         )
         .await;
     assert_eq!(secret_now, secret);
+    // B's erasure reached B only: A's message still shows its payload.
+    let (_, msg_now) = api
+        .op(Method::GET, &format!("/api/v1/app/victim/msg/{msg_id}"), None)
+        .await;
+    assert_eq!(msg_now["payload"], json!({"secret": "of-a"}), "{msg_now}");
     println!("{checked} portal routes checked");
 }

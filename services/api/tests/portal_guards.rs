@@ -139,6 +139,8 @@ enum Effect {
     DeadLettersReplayed,
     /// Sends the event again (to the retry tier).
     Resent,
+    /// Erases the tenant's payloads (an audit record).
+    Erased,
 }
 
 /// A write route's request: its path with the tenant's own ids, its form (beyond the CSRF
@@ -195,6 +197,7 @@ fn write_for(template: &str, ids: &Ids) -> Option<Write> {
             vec![],
             Effect::Resent,
         ),
+        "/portal/erase" => (template.to_string(), vec![], Effect::Erased),
         _ => return None,
     };
     Some(Write { path, form, effect })
@@ -226,6 +229,8 @@ struct Snapshot {
     tier_records: i64,
     /// Requests the receiver got.
     deliveries: usize,
+    /// Erasures of the tenant's payloads (`hookstream.erasures`).
+    erasures: i64,
 }
 
 async fn snapshot(env: &TestEnv, tenant: Uuid, receiver: Option<&Receiver>) -> Snapshot {
@@ -244,6 +249,11 @@ async fn snapshot(env: &TestEnv, tenant: Uuid, receiver: Option<&Receiver>) -> S
     .fetch_all(&env.pool)
     .await
     .unwrap();
+    let erasures = sqlx::query_scalar("SELECT count(*) FROM hookstream.erasures WHERE tenant_id = $1")
+        .bind(tenant)
+        .fetch_one(&env.pool)
+        .await
+        .unwrap();
     let messages = sqlx::query_scalar("SELECT count(*) FROM hookstream.messages WHERE tenant_id = $1")
         .bind(tenant)
         .fetch_one(&env.pool)
@@ -277,6 +287,7 @@ async fn snapshot(env: &TestEnv, tenant: Uuid, receiver: Option<&Receiver>) -> S
         events_records,
         tier_records,
         deliveries: receiver.map_or(0, Receiver::count),
+        erasures,
     }
 }
 
@@ -301,6 +312,7 @@ impl Effect {
                 .iter()
                 .any(|a| before.dead_letters.iter().any(|b| a.0 == b.0 && a.1 > b.1)),
             Effect::Resent => after.tier_records > before.tier_records,
+            Effect::Erased => after.erasures > before.erasures,
         }
     }
 }

@@ -60,6 +60,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/portal/deliveries"),
     ("GET", "/portal/events/{event_id}"),
     ("POST", "/portal/events/{event_id}/resend/{endpoint_id}"),
+    ("POST", "/portal/erase"),
     ("GET", "/portal/assets/{file}"),
 ];
 
@@ -106,6 +107,7 @@ pub fn router(state: AppState) -> Router<AppState> {
             "/portal/events/{event_id}/resend/{endpoint_id}",
             post(deliveries::resend),
         )
+        .route("/portal/erase", post(deliveries::erase))
         .route("/portal/assets/{file}", get(assets::serve))
         .with_state(state)
 }

@@ -42,6 +42,8 @@ pub struct LogQuery {
     before: String,
     #[serde(default)]
     cursor: String,
+    #[serde(default)]
+    notice: Option<String>,
 }
 
 fn outcome_badge(a: &Attempt) -> Markup {
@@ -182,8 +184,21 @@ pub async fn list(State(state): State<AppState>, s: Session, RawQuery(raw): RawQ
             @if !q.cursor.is_empty() { a href="/portal/deliveries" { "← Newest" } }
             @if let Some(n) = &next { a href=(n) rel="next" { "Older →" } }
         }
+        @if !s.read_only {
+            section aria-labelledby="erase-title" {
+                h2 #erase-title { "Erase message contents" }
+                p.muted { "Destroys the keys of every message payload of this application: no copy of them, in the delivery pipeline or the message store, can be read, resent or replayed again. Messages sent afterwards are not affected. This cannot be undone." }
+                (post_button(&s, "/portal/erase", "Erase all message contents", Some("Erase every message payload of this application? This cannot be undone."), "danger"))
+            }
+        }
     };
-    Ok(page(&s, Nav::Deliveries, "Delivery log", None, body))
+    Ok(page(
+        &s,
+        Nav::Deliveries,
+        "Delivery log",
+        notice(q.notice.as_deref()),
+        body,
+    ))
 }
 
 fn headers_table(h: &serde_json::Value) -> Markup {
@@ -328,6 +343,15 @@ pub async fn event(
         notice(q.notice.as_deref()),
         body,
     ))
+}
+
+/// `POST /portal/erase`: erases every payload of the session's tenant (the API's
+/// expunge-all-contents), audited as the portal's.
+pub async fn erase(State(state): State<AppState>, m: Mutation<Empty>) -> PortalResult {
+    let s = m.session;
+    hookstream_store::payload_keys::erase(&state.pool, s.tenant, None, "portal").await?;
+    state.payloads.keys().forget();
+    Ok(see_other("/portal/deliveries?notice=erased"))
 }
 
 /// `POST /portal/events/{id}/resend/{endpoint_id}`: the API's resend of one delivery.

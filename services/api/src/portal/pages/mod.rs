@@ -33,6 +33,7 @@ pub fn notice(code: Option<&str>) -> Option<&'static str> {
         "sent" => "Test event sent. This page shows its deliveries as they happen.",
         "resent" => "Delivery replayed: the new attempt shows below when it is made.",
         "replay" => "Replay started: the endpoint's failed deliveries since that time are being sent again.",
+        "erased" => "Every message payload of this application was erased: none can be read, resent or replayed again.",
         _ => return None,
     })
 }
