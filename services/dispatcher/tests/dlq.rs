@@ -176,7 +176,9 @@ async fn a_dead_letter_is_stored_with_its_reason_and_a_replay_delivers_it_with_t
     let replayed = receiver.received().remove(3);
     assert_eq!(replayed.webhook_id, ids[0].to_string(), "the same webhook-id");
     assert!(replayed.verified, "signed like any delivery");
-    assert_eq!(&replayed.body[..], &stored.payload[..]);
+    assert_eq!(&replayed.body[..], br#"{"n":1}"#, "the payload, opened");
+    assert!(!stored.payload_key.is_empty(), "stored sealed");
+    assert_ne!(&stored.payload[..], br#"{"n":1}"#, "stored sealed");
     let after = dead_letters::get(&env.pool, row.id).await.unwrap().letter;
     assert_eq!(after.replay_count, 1);
     assert!(after.replayed_at.is_some());
