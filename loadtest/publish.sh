@@ -19,6 +19,8 @@ RUNS="${RUNS:-3}"
 SCENARIOS=(
   "relay|relay --events 200000 --rate 2000 --seconds 30 --relays 2"
   "relay-text|relay --events 200000 --rate 2000 --seconds 10 --relays 1 --payload-form text"
+  "relay-1k-sealed|relay --events 100000 --rate 2000 --seconds 10 --relays 1 --payload-form text --payload-bytes 1024"
+  "relay-1k-clear|relay --events 100000 --rate 2000 --seconds 10 --relays 1 --payload-form text --payload-bytes 1024 --seal-payloads false"
   "steady|steady --events 20000 --rate 1000 --endpoints 1 --baseline"
   "max|max --events 50000 --seconds 10 --endpoints 1 --baseline"
   "fanout|fanout --events 5000 --baseline --baseline-variants polling-tuned"

@@ -146,6 +146,14 @@ pub struct RunArgs {
     /// written). The latency phase always uses the jsonb one.
     #[arg(long, value_enum, default_value_t)]
     pub payload_form: PayloadForm,
+    /// relay: pad the throughput phase's payloads to about this many bytes (0: the ~150-byte
+    /// payload), to measure what sealing costs at a size.
+    #[arg(long, default_value_t = 0)]
+    pub payload_bytes: usize,
+    /// relay: whether the relays seal payloads (`relay.seal_payloads`; `false` only to measure
+    /// what sealing costs).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub seal_payloads: bool,
     #[arg(long, default_value = "loadtest/out")]
     pub out: PathBuf,
     /// api: concurrent client connections.

@@ -43,7 +43,12 @@ pub async fn run(args: &RunArgs) -> anyhow::Result<(RunReport, Vec<Chart>)> {
     let mut throughput = Vec::new();
     let mut backlogs = Vec::new();
     for relays in 1..=args.relays.max(1) {
-        let (figures, backlog) = drain(args.events(), relays, args.payload_form, &args.out).await?;
+        let backlog_of = Backlog {
+            form: args.payload_form,
+            pad_bytes: args.payload_bytes.saturating_sub(150),
+            seal: args.seal_payloads,
+        };
+        let (figures, backlog) = drain(args.events(), relays, backlog_of, &args.out).await?;
         throughput.push(figures);
         backlogs.push((format!("{relays} relay(s)"), backlog));
     }
@@ -94,6 +99,8 @@ pub async fn run(args: &RunArgs) -> anyhow::Result<(RunReport, Vec<Chart>)> {
         .into(),
         machine: Machine::read(),
         payload_form: args.payload_form,
+        payload_bytes: args.payload_bytes,
+        sealed: args.seal_payloads,
         throughput,
         latency,
     };
@@ -107,21 +114,34 @@ async fn discard(env: TestEnv) {
     }
 }
 
-/// The backlog's statement for each payload form: the same payload (about 150 bytes), as a
-/// jsonb value or as JSON text with its own key order and spacing.
+/// What the throughput phase's backlog is and how the relays treat it.
+#[derive(Debug, Clone, Copy)]
+struct Backlog {
+    form: PayloadForm,
+    /// Bytes of padding (a `pad` field) beyond the ~150-byte payload.
+    pad_bytes: usize,
+    /// Whether the relays seal payloads (`relay.seal_payloads`).
+    seal: bool,
+}
+
+/// The backlog's statement for each payload form: the same payload (about 150 bytes, plus a
+/// `pad` field of `$3` characters when that is not 0), as a jsonb value or as JSON text with
+/// its own key order and spacing.
 fn prefill_sql(form: PayloadForm) -> &'static str {
     match form {
         PayloadForm::Jsonb => {
             "SELECT hookstream.enqueue($1, 'order.updated',
                     jsonb_build_object('n', g, 'note', 'a typical small webhook payload of about two hundred bytes',
-                                       'amount', g * 3, 'currency', 'EUR', 'status', 'paid'),
+                                       'amount', g * 3, 'currency', 'EUR', 'status', 'paid')
+                    || CASE WHEN $3 > 0 THEN jsonb_build_object('pad', repeat('x', $3)) ELSE '{}'::jsonb END,
                     'order', 'agg-' || (g % 1000))
                FROM generate_series(1, $2) g"
         }
         PayloadForm::Text => {
             "SELECT hookstream.enqueue($1, 'order.updated',
                     format('{\"n\": %s, \"note\": \"a typical small webhook payload of about two hundred bytes\", '
-                           '\"amount\": %s, \"currency\": \"EUR\", \"status\": \"paid\"}', g, g * 3)::text,
+                           '\"amount\": %s, \"currency\": \"EUR\", \"status\": \"paid\"%s}', g, g * 3,
+                           CASE WHEN $3 > 0 THEN ', \"pad\": \"' || repeat('x', $3) || '\"' ELSE '' END)::text,
                     'order', 'agg-' || (g % 1000))
                FROM generate_series(1, $2) g"
         }
@@ -134,7 +154,7 @@ async fn prefill(
     env: &TestEnv,
     tenant: Uuid,
     events: usize,
-    form: PayloadForm,
+    backlog: Backlog,
 ) -> anyhow::Result<(HashSet<Uuid>, f64)> {
     let mut ids = HashSet::with_capacity(events);
     let mut left = events;
@@ -142,9 +162,10 @@ async fn prefill(
     while left > 0 {
         let n = left.min(5_000) as i32;
         // The real producer path: hookstream.enqueue, many rows per transaction.
-        let committed: Vec<Uuid> = sqlx::query_scalar(prefill_sql(form))
+        let committed: Vec<Uuid> = sqlx::query_scalar(prefill_sql(backlog.form))
             .bind(tenant)
             .bind(n)
+            .bind(i32::try_from(backlog.pad_bytes).unwrap_or(i32::MAX))
             .fetch_all(&env.pool)
             .await?;
         ids.extend(committed);
@@ -187,15 +208,19 @@ fn decode(payload: &[u8], partition: i32, offset: i64) -> Result<(EventEnvelope,
 async fn drain(
     events: usize,
     relays: usize,
-    form: PayloadForm,
+    backlog_of: Backlog,
     out: &Path,
 ) -> anyhow::Result<(Drain, Points)> {
     let env = TestEnv::new(6).await?;
     let tenant = env.tenant("bench").await?;
-    eprintln!("[relay] writing a backlog of {events} rows ({form:?} payloads)");
-    let (committed, enqueue_per_s) = prefill(&env, tenant, events, form).await?;
+    eprintln!("[relay] writing a backlog of {events} rows ({backlog_of:?})");
+    let (committed, enqueue_per_s) = prefill(&env, tenant, events, backlog_of).await?;
     eprintln!("[relay] backlog committed at {enqueue_per_s:.0} rows/s");
-    let vars = service_env(&env);
+    let mut vars = service_env(&env);
+    vars.push((
+        "HOOKSTREAM_RELAY__SEAL_PAYLOADS".into(),
+        backlog_of.seal.to_string(),
+    ));
     let started = Instant::now();
     let procs: Vec<ServiceProcess> = (0..relays)
         .map(|i| {

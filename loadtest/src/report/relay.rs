@@ -39,6 +39,13 @@ pub struct RelayReport {
     /// the option, which always used that overload).
     #[serde(default)]
     pub payload_form: PayloadForm,
+    /// The throughput phase's payload size (`--payload-bytes`; 0: the ~150-byte payload) and
+    /// whether the relays sealed payloads (`--seal-payloads`; reports from before sealing:
+    /// `false`, they did not).
+    #[serde(default)]
+    pub payload_bytes: usize,
+    #[serde(default)]
+    pub sealed: bool,
     /// One drain per relay count (1..=`--relays`). The verdict reads each one's `lost`.
     pub throughput: Vec<Drain>,
     pub latency: RelayLatency,
