@@ -238,7 +238,10 @@ async fn live_keys(
     let mut out = HashMap::with_capacity(rows.len());
     for k in rows {
         let bytes = sealer.open_data_key(k.id, &k.master_key_id, &k.sealed)?;
-        out.insert((k.tenant_id, k.subject_digest, k.day), DataKey::from_bytes(k.id, &bytes));
+        out.insert(
+            (k.tenant_id, k.subject_digest, k.day),
+            DataKey::from_bytes(k.id, &bytes),
+        );
     }
     Ok(out)
 }
