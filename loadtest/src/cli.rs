@@ -154,6 +154,10 @@ pub struct RunArgs {
     /// what sealing costs).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub seal_payloads: bool,
+    /// relay: whether `hookstream.enqueue` keeps the message store's copy
+    /// (`hookstream.settings.store_messages`), which the relay then seals too.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub store_messages: bool,
     #[arg(long, default_value = "loadtest/out")]
     pub out: PathBuf,
     /// api: concurrent client connections.

@@ -222,7 +222,8 @@ merge_fields! {
     RelayReport {
         events, expected_deliveries, delivered, lost, duplicates, early_retries,
         invalid_signatures, duration_s, throughput_per_s, latency_ms, latency_measures,
-        delivered_measures, per_class, processes, machine, payload_form, payload_bytes, sealed, throughput,
+        delivered_measures, per_class, processes, machine, payload_form, payload_bytes, sealed, store_messages,
+        throughput,
         latency,
     }
     RelayUsage { cpu_s, max_rss_mb }

@@ -47,6 +47,7 @@ pub async fn run(args: &RunArgs) -> anyhow::Result<(RunReport, Vec<Chart>)> {
             form: args.payload_form,
             pad_bytes: args.payload_bytes.saturating_sub(150),
             seal: args.seal_payloads,
+            store_messages: args.store_messages,
         };
         let (figures, backlog) = drain(args.events(), relays, backlog_of, &args.out).await?;
         throughput.push(figures);
@@ -101,6 +102,7 @@ pub async fn run(args: &RunArgs) -> anyhow::Result<(RunReport, Vec<Chart>)> {
         payload_form: args.payload_form,
         payload_bytes: args.payload_bytes,
         sealed: args.seal_payloads,
+        store_messages: args.store_messages,
         throughput,
         latency,
     };
@@ -122,6 +124,8 @@ struct Backlog {
     pad_bytes: usize,
     /// Whether the relays seal payloads (`relay.seal_payloads`).
     seal: bool,
+    /// Whether the message store keeps a copy (which the relay seals too).
+    store_messages: bool,
 }
 
 /// The backlog's statement for each payload form: the same payload (about 150 bytes, plus a
@@ -213,6 +217,11 @@ async fn drain(
 ) -> anyhow::Result<(Drain, Points)> {
     let env = TestEnv::new(6).await?;
     let tenant = env.tenant("bench").await?;
+    if !backlog_of.store_messages {
+        sqlx::query("UPDATE hookstream.settings SET store_messages = false")
+            .execute(&env.pool)
+            .await?;
+    }
     eprintln!("[relay] writing a backlog of {events} rows ({backlog_of:?})");
     let (committed, enqueue_per_s) = prefill(&env, tenant, events, backlog_of).await?;
     eprintln!("[relay] backlog committed at {enqueue_per_s:.0} rows/s");

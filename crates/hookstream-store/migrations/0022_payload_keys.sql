@@ -51,8 +51,10 @@ CREATE INDEX erasures_tenant_idx ON hookstream.erasures (tenant_id, erased_at);
 -- Replay and resend refuse a message erased on its own (`scope = 'message'`).
 CREATE INDEX erasures_event_idx ON hookstream.erasures (event_id) WHERE event_id IS NOT NULL;
 
--- The producer's subject rides on the outbox row until the relay seals the payload.
-ALTER TABLE hookstream.outbox ADD COLUMN subject text;
+-- The producer's subject rides on the outbox row until the relay seals the payload, and so
+-- does whether the message store kept a copy (the relay seals that copy too; it is sent the
+-- sealed bytes only when there is one).
+ALTER TABLE hookstream.outbox ADD COLUMN subject text, ADD COLUMN stored boolean NOT NULL DEFAULT true;
 ALTER TABLE hookstream.outbox_quarantine ADD COLUMN subject text;
 
 -- The message store keeps the sealed payload once the relay shipped the row (`body` is NULL
@@ -133,9 +135,9 @@ BEGIN
         END IF;
     END IF;
     INSERT INTO hookstream.outbox (event_id, tenant_id, event_type, aggregate_type, aggregate_id, payload, headers,
-                                   channels, deliver_at, subject)
+                                   channels, deliver_at, subject, stored)
     VALUES (v_id, p_tenant_id, p_event_type, coalesce(p_aggregate_type, ''), coalesce(p_aggregate_id, ''),
-            p_payload, p_headers, nullif(p_channels, '{}'), p_deliver_at, p_subject);
+            p_payload, p_headers, nullif(p_channels, '{}'), p_deliver_at, p_subject, v_store);
     IF v_store THEN
         INSERT INTO hookstream.messages (tenant_id, event_id, created_at, event_type, aggregate_type, aggregate_id,
                                          body, idempotency_key, channels, deliver_at)

@@ -32,6 +32,8 @@ pub struct OutboxRow {
     pub deliver_at: Option<DateTime<Utc>>,
     /// Whose data the payload is (its data key is the subject's: `payload_keys`).
     pub subject: Option<String>,
+    /// Whether the message store kept a copy (which the relay then seals).
+    pub stored: bool,
     pub created_at: DateTime<Utc>,
     pub shard: i32,
     pub tenant_known: bool,
@@ -51,7 +53,7 @@ pub async fn claim(
     Ok(sqlx::query_as::<_, OutboxRow>(
         "SELECT o.id, o.event_id, o.tenant_id, o.event_type, o.aggregate_type, o.aggregate_id,
                 o.payload, o.headers, coalesce(o.channels, '{}') AS channels, o.deliver_at,
-                o.subject, o.created_at, o.shard,
+                o.subject, o.stored, o.created_at, o.shard,
                 EXISTS (SELECT 1 FROM hookstream.tenants t WHERE t.id = o.tenant_id) AS tenant_known,
                 -- `hookstream.enqueue` parsed it; a row inserted some other way gets this
                 -- much of a check (no second parse on the relay's path).

@@ -624,3 +624,34 @@ mod tests {
         assert_ne!(subject_digest("cust_42"), subject_digest("cust_43"));
     }
 }
+
+#[cfg(test)]
+mod cost {
+    use super::*;
+
+    /// What sealing one 1 KB payload costs on this machine (a figure, not a check:
+    /// `cargo test --release -p hookstream-store sealing_cost -- --ignored --nocapture`).
+    #[test]
+    #[ignore]
+    fn sealing_cost() {
+        let key = DataKey::from_bytes(Uuid::now_v7(), &[7u8; 32]);
+        let plain = vec![b'x'; 1024];
+        let n = 200_000;
+        let started = std::time::Instant::now();
+        let mut bytes = 0;
+        for i in 0..n {
+            bytes += key.seal(&i.to_string(), "tenant", &plain).len();
+        }
+        let per = started.elapsed().as_secs_f64() / n as f64;
+        println!("seal 1 KiB: {:.2} µs each ({bytes} bytes)", per * 1e6);
+        let sealed = key.seal("e", "t", &plain);
+        let started = std::time::Instant::now();
+        for _ in 0..n {
+            assert_eq!(key.open("e", "t", &sealed).unwrap().len(), 1024);
+        }
+        println!(
+            "open 1 KiB: {:.2} µs each",
+            started.elapsed().as_secs_f64() / n as f64 * 1e6
+        );
+    }
+}

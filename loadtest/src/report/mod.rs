@@ -420,6 +420,7 @@ pub mod fixtures {
             payload_form: crate::cli::PayloadForm::Jsonb,
             payload_bytes: 0,
             sealed: true,
+            store_messages: true,
             throughput: vec![drain(1, drain_lost[0]), drain(2, drain_lost[1])],
             latency: RelayLatency {
                 rate_per_s: 10,

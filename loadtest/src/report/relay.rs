@@ -46,9 +46,16 @@ pub struct RelayReport {
     pub payload_bytes: usize,
     #[serde(default)]
     pub sealed: bool,
+    /// Whether the message store kept a copy of each payload (`--store-messages`).
+    #[serde(default = "stored_by_default")]
+    pub store_messages: bool,
     /// One drain per relay count (1..=`--relays`). The verdict reads each one's `lost`.
     pub throughput: Vec<Drain>,
     pub latency: RelayLatency,
+}
+
+fn stored_by_default() -> bool {
+    true
 }
 
 impl RelayReport {

@@ -359,7 +359,7 @@ impl Relay {
                 continue;
             }
             let event = envelope(row, relayed_at_ms, keys.get(&key_scope(row)));
-            if !event.payload_key.is_empty() {
+            if row.stored && !event.payload_key.is_empty() {
                 copies.insert(
                     row.id,
                     SealedCopy {
