@@ -50,6 +50,15 @@ chaos_stack() { env "${CHAOS_ENV[@]}" bash scripts/stack/infra.sh "$1" >&2; }
 
 cargo build --release -q -p loadtest
 mkdir -p "$OUT" "$DOCS"
+# What sealing one 1 KiB payload costs (a figure, so an ignored test of `make test`, run here).
+if [[ $# -eq 0 || " $* " == *" sealing-cost "* ]]; then
+  echo "== $(date -u +%H:%M:%S) sealing-cost: cargo test --release -p hookstream-store sealing_cost -- --ignored"
+  cargo test --release -q -p hookstream-store --lib sealing_cost -- --ignored --nocapture >"$OUT/sealing-cost.log" 2>&1 || {
+    tail -n 30 "$OUT/sealing-cost.log" >&2
+    exit 1
+  }
+  grep 'KiB' "$OUT/sealing-cost.log"
+fi
 for entry in "${SCENARIOS[@]}"; do
   IFS='|' read -r name args runs <<<"$entry"
   runs="${runs:-$RUNS}"

@@ -629,8 +629,10 @@ mod tests {
 mod cost {
     use super::*;
 
-    /// What sealing one 1 KB payload costs on this machine (a figure, not a check:
-    /// `cargo test --release -p hookstream-store sealing_cost -- --ignored --nocapture`).
+    /// What sealing one 1 KB payload costs on this machine: a figure, not a check, so ignored by
+    /// `make test` (a timing in a test proves nothing about correctness, and a debug build's
+    /// figure means nothing); `make bench` (loadtest/publish.sh) runs it in release. The
+    /// round trip's correctness is `a_sealed_payload_opens_only_for_its_event_and_tenant`.
     #[test]
     #[ignore]
     fn sealing_cost() {

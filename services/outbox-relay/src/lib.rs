@@ -358,14 +358,20 @@ impl Relay {
                 quarantined.push((row.id, reason));
                 continue;
             }
-            let event = envelope(row, relayed_at_ms, keys.get(&key_scope(row)));
-            if row.stored && !event.payload_key.is_empty() {
+            // The scope once per row: with a subject it is a SHA-256.
+            let key = if keys.is_empty() {
+                None
+            } else {
+                keys.get(&key_scope(row))
+            };
+            let event = envelope(row, relayed_at_ms, key);
+            if let (true, Some(key)) = (row.stored, key) {
                 copies.insert(
                     row.id,
                     SealedCopy {
                         tenant: row.tenant_id,
                         event: row.event_id,
-                        key: keys[&key_scope(row)].id,
+                        key: key.id,
                         sealed: event.payload.to_vec(),
                     },
                 );
