@@ -94,6 +94,8 @@ pub(crate) struct AttemptLog {
 /// One attempt, as the log records it.
 pub(crate) struct Attempt<'a> {
     pub(crate) event: &'a EventEnvelope,
+    /// The payload's length in clear (`event` carries it sealed and compressed).
+    pub(crate) payload_bytes: usize,
     pub(crate) endpoint_id: Uuid,
     pub(crate) attempt: u32,
     pub(crate) started_ms: i64,
@@ -169,11 +171,7 @@ impl AttemptLog {
             next_tier,
             event_type: a.event.event_type.clone(),
             aggregate_id: a.event.aggregate_id.clone(),
-            payload_bytes: u32::try_from(hookstream_store::payload_keys::plain_len(
-                &a.event.payload_key,
-                a.event.payload.len(),
-            ))
-            .unwrap_or(u32::MAX),
+            payload_bytes: u32::try_from(a.payload_bytes).unwrap_or(u32::MAX),
             committed_at_ms: a.event.created_at_ms,
             relayed_at_ms: a.event.relayed_at_ms,
         }

@@ -87,6 +87,7 @@ pub(crate) async fn attempt(
     let log = |next: Next| {
         ctx.attempt_log.record(Attempt {
             event,
+            payload_bytes: body.len(),
             endpoint_id: ep.endpoint.id,
             attempt,
             started_ms,
