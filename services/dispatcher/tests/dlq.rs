@@ -13,6 +13,7 @@ use hookstream_proto::{DeadLetter, DeliveryTask, EventEnvelope, Message as _};
 use hookstream_replay::{ReplayOptions, Replayer};
 use hookstream_store::dead_letters::{self, Filter, NewDeadLetter, Position};
 use hookstream_store::outbox::NewEvent;
+use hookstream_store::payload_keys;
 use hookstream_testkit::{eventually, Behaviour, Receiver, TestEnv};
 use prometheus::Registry;
 use serde_json::json;
@@ -1312,5 +1313,49 @@ async fn records_too_large_for_topics_made_elsewhere_are_dead_lettered_without_p
         "{:?}",
         report.skipped
     );
+    token.cancel();
+}
+
+/// An event erased while it waits in a retry tier is never delivered again: its retry comes
+/// after the dispatcher's cached data key expired (`KEY_CACHE_TTL`, how long an erasure may
+/// take to stop deliveries), finds the key destroyed, and dead-letters the event `erased`
+/// without a request to the endpoint.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_erased_while_it_waits_in_a_retry_tier_is_dead_lettered_as_erased() {
+    let env = TestEnv::new(2).await.unwrap();
+    let tenant = env.tenant("t").await.unwrap();
+    let failing = Receiver::start(Behaviour::Status(500)).await;
+    let ep = env.endpoint(tenant, &failing, &[]).await.unwrap();
+    let tier_ms = payload_keys::KEY_CACHE_TTL.as_millis() as u64 + 5_000;
+    let token = start(&env, config(&env, vec![tier_ms]), Registry::new());
+    let mut event = NewEvent::new(tenant, "order.created", json!({ "n": 1 }));
+    event.subject = Some("cust-9".into());
+    env.publish(&[event]).await.unwrap();
+    assert!(
+        eventually(Duration::from_secs(20), || async { failing.count() == 1 }).await,
+        "the first attempt failed"
+    );
+    let erased = payload_keys::erase(&env.pool, tenant, Some("cust-9"), "test")
+        .await
+        .unwrap();
+    assert_eq!(erased.keys, 1, "{erased:?}");
+    // The receiver would take the retry now: only the erasure stops it.
+    failing.set_behaviour(Behaviour::Ok);
+
+    let by_endpoint = Filter {
+        endpoint: Some(ep),
+        ..Default::default()
+    };
+    assert!(
+        eventually(Duration::from_millis(tier_ms + 20_000), || async {
+            rows(&env, &by_endpoint).await.len() == 1
+        })
+        .await,
+        "the retry was dead-lettered"
+    );
+    let row = rows(&env, &by_endpoint).await.remove(0);
+    assert_eq!(row.error_class, "erased", "{row:?}");
+    assert!(row.reason.contains("erased"), "{row:?}");
+    assert_eq!(failing.count(), 1, "no request after the erasure");
     token.cancel();
 }
