@@ -26,6 +26,8 @@ SCENARIOS=(
   "fanout|fanout --events 5000 --baseline --baseline-variants polling-tuned"
   "fanout10|fanout --endpoints 10 --events 20000"
   "fanout10-filtered|fanout --endpoints 10 --events 20000 --payload-filter"
+  "fanout10-1k-sealed|fanout --endpoints 10 --events 20000 --payload-bytes 1024"
+  "fanout10-1k-clear|fanout --endpoints 10 --events 20000 --payload-bytes 1024 --seal-payloads false"
   "noisy-neighbour|noisy-neighbour --events 10000 --rate 500 --baseline --baseline-variants polling-tuned"
   "outage-recovery|outage-recovery --events 7000 --rate 100 --endpoints 1 --outage-s 60 --outage-rate-limit 200 --baseline --baseline-variants polling-tuned"
   "crash|crash --events 20000 --rate 500 --endpoints 1 --seed 7 --baseline --baseline-variants polling-tuned"
@@ -57,7 +59,7 @@ if [[ $# -eq 0 || " $* " == *" sealing-cost "* ]]; then
     tail -n 30 "$OUT/sealing-cost.log" >&2
     exit 1
   }
-  grep 'KiB' "$OUT/sealing-cost.log"
+  grep 'µs each' "$OUT/sealing-cost.log"
 fi
 for entry in "${SCENARIOS[@]}"; do
   IFS='|' read -r name args runs <<<"$entry"

@@ -260,7 +260,7 @@ async fn calibrate(args: &RunArgs) -> anyhow::Result<Calibration> {
         let mut left = events;
         while left > 0 {
             let n = left.min(5_000);
-            engine::enqueue(&stack.env.pool, stack.tenant, n).await?;
+            engine::enqueue(&stack.env.pool, stack.tenant, n, 0).await?;
             left -= n;
         }
         let begun = Instant::now();

@@ -33,6 +33,17 @@ pub enum PayloadForm {
     Text,
 }
 
+/// What the relay scenario pads its payloads with (`--pad`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Pad {
+    /// One run of `x` (what reports from before the option used): compresses to almost nothing.
+    #[default]
+    Repeat,
+    /// Order line items with SKUs, quantities and prices, as real payloads are: lz4 halves it.
+    Items,
+}
+
 #[derive(Clone, Copy, Debug, ValueEnum)]
 pub enum Scenario {
     /// The admin API: message creates at `--connections` concurrent connections while delivery runs.
@@ -146,12 +157,17 @@ pub struct RunArgs {
     /// written). The latency phase always uses the jsonb one.
     #[arg(long, value_enum, default_value_t)]
     pub payload_form: PayloadForm,
-    /// relay: pad the throughput phase's payloads to about this many bytes (0: the ~150-byte
-    /// payload), to measure what sealing costs at a size.
+    /// relay and the delivery scenarios: pad payloads to about this many bytes (0: the
+    /// ~150-byte payload), to measure what sealing costs at a size (the delivery scenarios pad
+    /// with line items, whatever `--pad`).
     #[arg(long, default_value_t = 0)]
     pub payload_bytes: usize,
-    /// relay: whether the relays seal payloads (`relay.seal_payloads`; `false` only to measure
-    /// what sealing costs).
+    /// relay: what the padding is (`items`: line items like a real order's; `repeat`: one run
+    /// of `x`, which compression makes vanish).
+    #[arg(long, value_enum, default_value = "items")]
+    pub pad: Pad,
+    /// relay and the delivery scenarios: whether the relays seal payloads
+    /// (`relay.seal_payloads`; `false` only to measure what sealing costs).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub seal_payloads: bool,
     /// relay: whether `hookstream.enqueue` keeps the message store's copy

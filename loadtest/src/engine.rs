@@ -135,7 +135,17 @@ pub struct Plan {
     pub max_in_flight_events: usize,
     /// The dispatchers' `attempts.log`.
     pub attempt_log: AttemptLog,
+    pub payload: Payload,
     pub out: PathBuf,
+}
+
+/// What the producer's payloads are and whether the relay seals them (`--payload-bytes`,
+/// `--seal-payloads`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Payload {
+    /// Bytes of line items (`relay::ITEMS_PAD_SQL`) beyond the ~150-byte payload.
+    pub pad_bytes: usize,
+    pub seal: bool,
 }
 
 /// One endpoint of the fleet: its class, where it listens, its secret and its receiver
@@ -332,13 +342,14 @@ async fn vacant_addr() -> anyhow::Result<SocketAddr> {
 /// Where the producer writes: Hookstream's outbox, or the baseline's queue (a row per endpoint).
 #[derive(Clone)]
 enum Sink {
-    Outbox(Uuid),
+    /// The tenant, and the padding's bytes.
+    Outbox(Uuid, usize),
     Queue(Arc<Vec<baseline::Target>>),
 }
 
 async fn produce(pool: &PgPool, sink: &Sink, n: usize) -> anyhow::Result<()> {
     match sink {
-        Sink::Outbox(tenant) => enqueue(pool, *tenant, n).await,
+        Sink::Outbox(tenant, pad) => enqueue(pool, *tenant, n, *pad).await,
         Sink::Queue(endpoints) => baseline::enqueue(pool, endpoints, n).await,
     }
 }
@@ -400,10 +411,11 @@ pub(crate) async fn produce_outbox(
     events: usize,
     committed: Arc<AtomicUsize>,
 ) -> anyhow::Result<f64> {
-    produce_at_rate(pool, Sink::Outbox(tenant), rate, events, committed).await
+    produce_at_rate(pool, Sink::Outbox(tenant, 0), rate, events, committed).await
 }
 
-pub(crate) async fn enqueue(pool: &PgPool, tenant: Uuid, n: usize) -> anyhow::Result<()> {
+/// Commits `n` events, their payloads padded with `pad_bytes` of line items (0: none).
+pub(crate) async fn enqueue(pool: &PgPool, tenant: Uuid, n: usize, pad_bytes: usize) -> anyhow::Result<()> {
     // Aggregates (the Kafka key, hence the partition) follow one sequence over every call: a
     // rate-driven producer commits a few events per call, and numbering them from 1 in each
     // call put a 300 events/s load on three aggregates, so on two or three partitions (the
@@ -411,16 +423,26 @@ pub(crate) async fn enqueue(pool: &PgPool, tenant: Uuid, n: usize) -> anyhow::Re
     static NEXT: AtomicUsize = AtomicUsize::new(0);
     let first = NEXT.fetch_add(n, Ordering::Relaxed) % 1000;
     // The real producer path: hookstream.enqueue inside a transaction (one statement).
-    sqlx::query(
+    let pad = if pad_bytes == 0 {
+        "'{}'::jsonb".to_string()
+    } else {
+        format!(
+            "jsonb_build_object('items', ({})::jsonb)",
+            crate::relay::ITEMS_PAD_SQL.replace("$3", "$4")
+        )
+    };
+    sqlx::query(&format!(
         "SELECT count(hookstream.enqueue($1, 'order.updated',
                 jsonb_build_object('n', g, 'note', 'a typical small webhook payload', 'amount', g * 3,
-                                   'created_ms', extract(epoch FROM clock_timestamp()) * 1000),
+                                   'created_ms', extract(epoch FROM clock_timestamp()) * 1000) || {pad},
                 'order', 'agg-' || (($3 + g) % 1000)))
-           FROM generate_series(1, $2) g",
-    )
+           FROM generate_series(1, $2) g"
+    ))
     .bind(tenant)
     .bind(i32::try_from(n).context("batch too large")?)
     .bind(i32::try_from(first).expect("under 1000"))
+    // jsonb prints an item in about 80 bytes, not the 90 of the text form.
+    .bind(i32::try_from(pad_bytes * 9 / 8).context("padding too large")?)
     .execute(pool)
     .await?;
     Ok(())
@@ -628,7 +650,7 @@ pub async fn run(plan: &Plan) -> anyhow::Result<Outcome> {
     let mut fleet = fleet(&env, tenant, &plan.classes).await?;
     let label = &plan.label;
     let sink = match plan.system {
-        System::Hookstream => Sink::Outbox(tenant),
+        System::Hookstream => Sink::Outbox(tenant, plan.payload.pad_bytes),
         System::Baseline { .. } => {
             sqlx::query(baseline::DDL).execute(&env.pool).await?;
             Sink::Queue(Arc::new(
@@ -782,10 +804,15 @@ fn start_services(plan: &Plan, env: &TestEnv, services: &mut Vec<Service>) -> an
     let (out, label) = (&plan.out, &plan.label);
     match plan.system {
         System::Hookstream => {
+            let mut relay = service_env(env);
+            relay.push((
+                "HOOKSTREAM_RELAY__SEAL_PAYLOADS".into(),
+                plan.payload.seal.to_string(),
+            ));
             services.push(Service::start(
                 "relay",
                 service_bin("outbox-relay"),
-                service_env(env),
+                relay,
                 out.join(format!("{label}-relay.log")),
             )?);
             let mut vars = dispatcher_vars(env, plan.max_in_flight_events);

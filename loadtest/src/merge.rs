@@ -103,7 +103,7 @@ macro_rules! merge_first {
         }
     )*};
 }
-merge_first!(String, bool, NoFigures, crate::cli::PayloadForm);
+merge_first!(String, bool, NoFigures, crate::cli::PayloadForm, crate::cli::Pad);
 
 impl<T: Merge> Merge for Option<T> {
     fn merge(runs: &[&Self]) -> Self {
@@ -222,7 +222,7 @@ merge_fields! {
     RelayReport {
         events, expected_deliveries, delivered, lost, duplicates, early_retries,
         invalid_signatures, duration_s, throughput_per_s, latency_ms, latency_measures,
-        delivered_measures, per_class, processes, machine, payload_form, payload_bytes, sealed, store_messages,
+        delivered_measures, per_class, processes, machine, payload_form, payload_bytes, pad, sealed, store_messages,
         throughput,
         latency,
     }

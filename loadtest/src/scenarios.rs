@@ -9,7 +9,7 @@ use hookstream_testkit::Behaviour;
 
 use crate::baseline;
 use crate::cli::{BaselineVariant, RunArgs};
-use crate::engine::{self, Chaos, Class, Kind, Load, Outcome, Plan, System};
+use crate::engine::{self, Chaos, Class, Kind, Load, Outcome, Payload, Plan, System};
 use crate::report::{
     AfterRecovery, BaselineFigures, Contract, CrashFigures, CrashSection, FanoutSection, HealthyPhase,
     KillsPhase, LadderStep, Latency, Machine, MaxFigures, MaxSection, NoFigures, NoisyFigures, NoisySection,
@@ -41,6 +41,10 @@ fn plan(args: &RunArgs, label: &str, load: Load, classes: Vec<Class>) -> Plan {
         drain_deadline: Duration::from_secs(args.deadline_s),
         max_in_flight_events: args.max_in_flight_events(),
         attempt_log: args.attempt_log,
+        payload: Payload {
+            pad_bytes: args.payload_bytes.saturating_sub(150),
+            seal: args.seal_payloads,
+        },
         out: args.out.clone(),
     }
 }

@@ -419,6 +419,7 @@ pub mod fixtures {
             machine: machine(),
             payload_form: crate::cli::PayloadForm::Jsonb,
             payload_bytes: 0,
+            pad: crate::cli::Pad::Repeat,
             sealed: true,
             store_messages: true,
             throughput: vec![drain(1, drain_lost[0]), drain(2, drain_lost[1])],

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::{present, ClassFigures, Headline, Latency, Machine};
-use crate::cli::PayloadForm;
+use crate::cli::{Pad, PayloadForm};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RelayReport {
@@ -44,6 +44,9 @@ pub struct RelayReport {
     /// `false`, they did not).
     #[serde(default)]
     pub payload_bytes: usize,
+    /// What the padding was (`--pad`; `repeat` in reports from before the option).
+    #[serde(default)]
+    pub pad: Pad,
     #[serde(default)]
     pub sealed: bool,
     /// Whether the message store kept a copy of each payload (`--store-messages`).
