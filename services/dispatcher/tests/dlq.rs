@@ -1326,8 +1326,12 @@ async fn an_event_erased_while_it_waits_in_a_retry_tier_is_dead_lettered_as_eras
     let tenant = env.tenant("t").await.unwrap();
     let failing = Receiver::start(Behaviour::Status(500)).await;
     let ep = env.endpoint(tenant, &failing, &[]).await.unwrap();
-    let tier_ms = payload_keys::KEY_CACHE_TTL.as_millis() as u64 + 5_000;
-    let token = start(&env, config(&env, vec![tier_ms]), Registry::new());
+    // The production jitter (±20 %): even the earliest retry comes 5 s after the cache expired.
+    let mut cfg = config(&env, vec![0]);
+    cfg.retry.jitter = 0.2;
+    let tier_ms = ((payload_keys::KEY_CACHE_TTL.as_millis() as f64 + 5_000.0) / 0.8) as u64;
+    cfg.retry.schedule_ms = vec![tier_ms];
+    let token = start(&env, cfg, Registry::new());
     let mut event = NewEvent::new(tenant, "order.created", json!({ "n": 1 }));
     event.subject = Some("cust-9".into());
     env.publish(&[event]).await.unwrap();
@@ -1347,7 +1351,7 @@ async fn an_event_erased_while_it_waits_in_a_retry_tier_is_dead_lettered_as_eras
         ..Default::default()
     };
     assert!(
-        eventually(Duration::from_millis(tier_ms + 20_000), || async {
+        eventually(Duration::from_millis(tier_ms * 6 / 5 + 20_000), || async {
             rows(&env, &by_endpoint).await.len() == 1
         })
         .await,
