@@ -375,7 +375,8 @@ pub struct SealedCopy {
 
 /// Replaces the clear text of shipped messages' store copies with their sealed payloads, in
 /// the relay's (claiming) transaction. Copies that do not exist (`store_messages` off) are
-/// skipped.
+/// skipped, and so are copies erased since the commit (an expunge between the commit and the
+/// relay): writing the sealed payload back would bring the content back.
 pub async fn seal_copies(conn: &mut sqlx::PgConnection, copies: &[SealedCopy]) -> Result<(), StoreError> {
     let times: Vec<DateTime<Utc>> = copies.iter().filter_map(|c| v7_time(c.event)).collect();
     let (Some(lo), Some(hi)) = (times.iter().min(), times.iter().max()) else {
@@ -386,7 +387,8 @@ pub async fn seal_copies(conn: &mut sqlx::PgConnection, copies: &[SealedCopy]) -
             SET body_sealed = u.sealed, payload_key = u.key, body = NULL, payload = NULL
            FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::bytea[]) AS u(tenant_id, event_id, key, sealed)
           WHERE m.tenant_id = u.tenant_id AND m.event_id = u.event_id
-            AND m.created_at >= $5 AND m.created_at < $6",
+            AND m.created_at >= $5 AND m.created_at < $6
+            AND m.erased_at IS NULL",
     )
     .bind(copies.iter().map(|c| c.tenant).collect::<Vec<_>>())
     .bind(copies.iter().map(|c| c.event).collect::<Vec<_>>())

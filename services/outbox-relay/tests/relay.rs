@@ -495,3 +495,50 @@ async fn idempotency_keys_past_their_window_are_pruned_in_batches() {
     token.cancel();
     relay.await.unwrap().unwrap();
 }
+
+/// A message expunged (Svix's `DELETE …/msg/{id}/content`) between its commit and the relay
+/// stays expunged: the relay still ships the record, but does not write its sealed payload back
+/// over the erasure (it did: the API then showed the content again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_expunged_before_the_relay_ships_it_stays_expunged() {
+    let env = TestEnv::new(1).await.unwrap();
+    let tenant = env.tenant("t").await.unwrap();
+    let ids = env
+        .publish(&[
+            NewEvent::from_json_text(tenant, "doc.saved", r#"{"note":"erase me"}"#),
+            NewEvent::from_json_text(tenant, "doc.saved", r#"{"note":"keep me"}"#),
+        ])
+        .await
+        .unwrap();
+    hookstream_store::messages::expunge(&env.pool, tenant, ids[0])
+        .await
+        .unwrap();
+
+    let relay = spawn_relay(&env, "relay");
+    assert!(
+        eventually(Duration::from_secs(30), || async {
+            env.outbox_len().await.unwrap() == 0
+        })
+        .await,
+        "the outbox drained"
+    );
+    let shipped = env.read_all(&env.kafka.topics.events).await.unwrap().len();
+    assert_eq!(shipped, 2, "both records shipped");
+    let copies: Vec<(Uuid, Option<String>, bool, bool)> = sqlx::query_as(
+        "SELECT event_id, body, body_sealed IS NOT NULL, erased_at IS NOT NULL
+           FROM hookstream.messages WHERE tenant_id = $1 ORDER BY event_id",
+    )
+    .bind(tenant)
+    .fetch_all(&env.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        copies,
+        vec![
+            (ids[0], Some("{}".to_string()), false, true),
+            (ids[1], None, true, false),
+        ],
+        "the expunged copy keeps `{{}}`; the other is replaced by its sealed payload"
+    );
+    assert_eq!(relay.terminate().await, Some(0));
+}
