@@ -31,24 +31,32 @@ bash scripts/check/tools.sh >"$CHECK_LOG_DIR/tools.log" 2>&1 &
 tools_pid=$!
 
 status=0
-# Built first, then run, so that the stage times tell compiling from testing.
+# The test runner (cargo-nextest, pinned, built once into ~/.cache/hookstream).
+stage "test runner" bash scripts/setup/nextest.sh >"$LOG_DIR/nextest-path" || die "could not install cargo-nextest"
+PATH="$(dirname "$(tail -n 1 "$LOG_DIR/nextest-path")"):$PATH"  # its last line (above it: the stage's)
+# Built first, then run, so that the stage times tell compiling from testing. nextest builds
+# with the same flags as `cargo test`, so the second command finds everything built.
 stage "build the tests" cargo test --workspace --all-targets --no-run "$@" || status=$?
 TEST_LOG="$LOG_DIR/cargo-test.log"
 run_tests() {
-  cargo test --workspace --all-targets --no-fail-fast "$@" 2>&1 | tee "$TEST_LOG"
+  # Several test binaries at once, each test in its own process (.config/nextest.toml).
+  cargo nextest run --workspace --all-targets --no-fail-fast "$@" 2>&1 | tee "$TEST_LOG"
   return "${PIPESTATUS[0]}"
 }
 if [[ $status -eq 0 ]]; then
   stage "run the tests" run_tests "$@" || status=$?
-  # Where the time goes: the slowest test binaries (cargo runs them one after another).
-  echo "== slowest test binaries"
-  awk '/^     Running /{ bin = $NF; gsub(/[()]/, "", bin); sub(/.*\/deps\//, "", bin) } /^test result:/{ for (i = 1; i <= NF; i++) if ($i == "in") { t = $(i + 1); sub(/s$/, "", t); printf "%8.1f s  %s\n", t, bin } }' \
-    "$TEST_LOG" | sort -rn | head -n 12 || true
+  # Where the time goes: the slowest tests.
+  echo "== slowest tests"
+  grep -E '^ +(PASS|FAIL|SLOW|TIMEOUT|LEAK)' "$TEST_LOG" | sed -E 's/^ +[A-Z]+ +\[ *([0-9.]+)s\] +(\([ 0-9/]+\) +)?/\1 s  /' \
+    | awk '!seen[$0]++' | sort -rn | head -n 12 || true
 fi
 
 # Monitoring (alert rules and their promtool tests, runbooks, dashboard) and deployment files,
 # validated offline against the real loaders (the binaries just built).
 stage "check tools (built meanwhile)" wait "$tools_pid" || { tail -n 30 "$CHECK_LOG_DIR/tools.log" >&2; die "could not install the check tools, see $CHECK_LOG_DIR/tools.log"; }
+# Every path, file and module the docs name exists; every crate's modules form a stack.
+stage "check: doc names" python3 scripts/check/doc_names.py . README.md ARCHITECTURE.md CONTRIBUTING.md docs/*.md || status=1
+stage "check: module order" python3 scripts/check/module_order.py . || status=1
 for check in scripts/check/monitoring.sh scripts/check/helm.sh scripts/check/compose.sh scripts/check/image.sh; do
   if ! HOOKSTREAM_BIN_DIR="${CARGO_TARGET_DIR:-$REPO_ROOT/target}/debug" stage "check: $(basename "$check" .sh)" bash "$check" >"$CHECK_LOG_DIR/$(basename "$check" .sh).log" 2>&1; then
     tail -n 40 "$CHECK_LOG_DIR/$(basename "$check" .sh).log" >&2

@@ -10,7 +10,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use hookstream_store::endpoints::{self, NewEndpoint};
+use hookstream_store::endpoint_admin;
+use hookstream_store::endpoints::NewEndpoint;
 use hookstream_store::sqlx::{self, PgPool};
 use hookstream_testkit::process::{dispatcher_env, service_env, ServiceProcess};
 use hookstream_testkit::{Behaviour, Received, Receiver, TestEnv};
@@ -612,7 +613,7 @@ pub(crate) async fn fleet(env: &TestEnv, tenant: Uuid, classes: &[Class]) -> any
                 }
                 Kind::Down | Kind::DownThenUp(_) => (vacant_addr().await?, None),
             };
-            let (created, secret) = endpoints::create(
+            let (created, secret) = endpoint_admin::create_from(
                 &env.pool,
                 &sealer,
                 &env.address_policy(),

@@ -20,7 +20,7 @@ use serde_json::json;
 use sqlx::PgPool;
 use tokio::process::{Child, Command};
 
-mod common;
+use crate::common;
 use common::{
     dispatcher_bin, dispatcher_config, dispatcher_process_env, endpoint, log_lines, post_signed, serve,
     start_pipeline, start_relay, statuses, test_config,

@@ -12,7 +12,7 @@ use hookstream_signing::Secret;
 use hookstream_testkit::{eventually, TestEnv};
 use sqlx::PgConnection;
 
-mod common;
+use crate::common;
 use common::{post_signed, post_signed_at, serve, statuses, test_config};
 
 /// Processes everything.

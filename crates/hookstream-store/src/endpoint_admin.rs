@@ -2,7 +2,7 @@
 //! metadata, a caller-given first secret, full and partial updates, deletion, keyset pages in
 //! id (creation) order, and the current signing secret opened for its owner.
 //!
-//! URLs are validated with the SSRF policy and sealed like `endpoints::create` does; the
+//! URLs are validated with the SSRF policy and sealed like `create_from` does; the
 //! stored `url` is the redacted form, and that is all this module returns.
 
 use chrono::{DateTime, Utc};
@@ -15,7 +15,7 @@ use uuid::Uuid;
 use hookstream_routing::{channels, PayloadFilter};
 
 use crate::endpoint_headers::{self, EndpointHeaders};
-use crate::endpoints::{insert_secret, validate_url, SecretRow};
+use crate::endpoints::{insert_secret, validate_url, Endpoint, NewEndpoint, SecretRow};
 use crate::sealing::Sealer;
 use crate::{EventFilter, StoreError};
 
@@ -493,4 +493,40 @@ pub async fn current_secret(pool: &PgPool, sealer: &Sealer, id: Uuid) -> Result<
         .plaintext(sealer)?
         .ok_or_else(|| StoreError::NotFound(format!("secret of endpoint {id}")))?;
     Secret::parse(&text).map_err(|e| StoreError::Invalid(format!("stored secret of endpoint {id}: {e}")))
+}
+
+/// Creates an endpoint and its first secret, both sealed at rest with its URL (and its
+/// headers), from a `NewEndpoint`; returns the secret once (it is not shown again). The CLI's
+/// and tests' form of `create`, which does the work.
+pub async fn create_from(
+    pool: &PgPool,
+    sealer: &Sealer,
+    policy: &AddressPolicy,
+    new: NewEndpoint,
+) -> Result<(Endpoint, Secret), StoreError> {
+    if let Some(rate) = new.rate_limit_per_s {
+        if rate <= 0 {
+            return Err(StoreError::Invalid("rate limit must be positive".into()));
+        }
+    }
+    let fields = EndpointFields {
+        url: new.url,
+        description: new.description,
+        event_types: new.event_types,
+        rate_limit_per_s: new.rate_limit_per_s,
+        timeout_ms: new.timeout_ms,
+        max_in_flight: new.max_in_flight,
+        channels: new.channels,
+        payload_filter: new.payload_filter,
+        headers: new.headers,
+        metadata: serde_json::json!({}),
+        ..Default::default()
+    };
+    let (made, secret) = create(pool, sealer, policy, new.tenant_id, &fields, None)
+        .await
+        .map_err(|e| match e {
+            StoreError::NotFound(_) => StoreError::NotFound(format!("tenant {}", new.tenant_id)),
+            other => other,
+        })?;
+    Ok((crate::endpoints::get(pool, made.id).await?, secret))
 }

@@ -155,42 +155,6 @@ pub fn validate_url(raw: &str, policy: &AddressPolicy) -> Result<url::Url, Store
     hookstream_egress::validate_endpoint_url(raw, policy).map_err(|e| StoreError::Invalid(e.to_string()))
 }
 
-/// Creates an endpoint and its first secret, both sealed at rest with its URL (and its
-/// headers); returns the secret once (it is not shown again). The CLI's and tests' form of
-/// `endpoint_admin::create`, which does the work.
-pub async fn create(
-    pool: &PgPool,
-    sealer: &Sealer,
-    policy: &AddressPolicy,
-    new: NewEndpoint,
-) -> Result<(Endpoint, Secret), StoreError> {
-    if let Some(rate) = new.rate_limit_per_s {
-        if rate <= 0 {
-            return Err(StoreError::Invalid("rate limit must be positive".into()));
-        }
-    }
-    let fields = crate::endpoint_admin::EndpointFields {
-        url: new.url,
-        description: new.description,
-        event_types: new.event_types,
-        rate_limit_per_s: new.rate_limit_per_s,
-        timeout_ms: new.timeout_ms,
-        max_in_flight: new.max_in_flight,
-        channels: new.channels,
-        payload_filter: new.payload_filter,
-        headers: new.headers,
-        metadata: serde_json::json!({}),
-        ..Default::default()
-    };
-    let (made, secret) = crate::endpoint_admin::create(pool, sealer, policy, new.tenant_id, &fields, None)
-        .await
-        .map_err(|e| match e {
-            StoreError::NotFound(_) => StoreError::NotFound(format!("tenant {}", new.tenant_id)),
-            other => other,
-        })?;
-    Ok((get(pool, made.id).await?, secret))
-}
-
 pub(crate) async fn insert_secret(
     conn: &mut sqlx::PgConnection,
     sealer: &Sealer,

@@ -8,6 +8,7 @@
 
 #![forbid(unsafe_code)]
 
+// Modules bottom-up: each uses only those declared above it (scripts/check/module_order.py).
 pub mod broker;
 pub mod busy;
 pub mod fixtures;
@@ -282,9 +283,13 @@ impl TestEnv {
             new.url.clone()
         };
         let new = hookstream_store::endpoints::NewEndpoint { url, ..new };
-        let (ep, secret) =
-            hookstream_store::endpoints::create(&self.pool, &self.sealer(), &self.address_policy(), new)
-                .await?;
+        let (ep, secret) = hookstream_store::endpoint_admin::create_from(
+            &self.pool,
+            &self.sealer(),
+            &self.address_policy(),
+            new,
+        )
+        .await?;
         receiver.add_secret(&secret.expose());
         Ok(ep.id)
     }

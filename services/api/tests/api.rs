@@ -8,7 +8,7 @@ use hookstream_testkit::{eventually, Behaviour, Receiver, TestEnv};
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 
-mod common;
+use crate::common;
 use common::{Api, OPERATOR_TOKEN};
 
 fn loc(body: &Value) -> Vec<String> {

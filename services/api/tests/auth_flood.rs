@@ -12,7 +12,7 @@ use futures::stream::{self, StreamExt as _};
 use hookstream_testkit::TestEnv;
 use reqwest::StatusCode;
 
-mod common;
+use crate::common;
 use common::Api;
 
 const FLOOD: usize = 3_000;

@@ -11,7 +11,7 @@ use hookstream_testkit::{eventually, Behaviour, Receiver, TestEnv};
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 
-mod common;
+use crate::common;
 use common::Api;
 
 const MESSAGES: usize = 20;

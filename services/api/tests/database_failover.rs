@@ -18,7 +18,7 @@ use hookstream_testkit::{eventually, TestEnv};
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 
-mod common;
+use crate::common;
 use common::{api_config, Api, OPERATOR_TOKEN};
 
 /// Reads the applications with the operator token: the status, the body and how long it took.

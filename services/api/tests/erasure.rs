@@ -5,7 +5,7 @@
 //! the subject is erased, the API, the portal, replay and resend cannot produce it, and the
 //! tenant-wide erasure (Svix's `expunge-all-contents`) reaches what the tenant has left.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::time::Duration;

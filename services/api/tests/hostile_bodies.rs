@@ -7,7 +7,7 @@ use hookstream_testkit::TestEnv;
 use reqwest::{Method, StatusCode};
 use serde_json::json;
 
-mod common;
+use crate::common;
 use common::{Api, OPERATOR_TOKEN};
 
 /// Sends raw bytes as a JSON body.

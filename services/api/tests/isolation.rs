@@ -14,7 +14,7 @@ use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-mod common;
+use crate::common;
 use common::Api;
 
 /// What a route must answer tenant B's key.
@@ -333,7 +333,7 @@ async fn every_route_refuses_another_tenants_key_and_ids() {
 
 // The OpenAPI document is generated from the handlers; `services/api/openapi.json` is its
 // committed copy, and this test fails when they differ. After changing a route or a model,
-// run `UPDATE_OPENAPI=1 cargo test -p api --test isolation` and commit the file.
+// run `UPDATE_OPENAPI=1 cargo test -p api --test integration isolation::` and commit the file.
 
 #[test]
 fn the_committed_openapi_document_is_what_the_code_generates() {
@@ -347,7 +347,7 @@ fn the_committed_openapi_document_is_what_the_code_generates() {
     assert!(
         committed == generated,
         "services/api/openapi.json differs from what the code generates: run \
-         `UPDATE_OPENAPI=1 cargo test -p api --test isolation` and commit it"
+         `UPDATE_OPENAPI=1 cargo test -p api --test integration isolation::` and commit it"
     );
     let value: serde_json::Value = serde_json::from_str(&generated).unwrap();
     assert!(

@@ -3,7 +3,7 @@
 //! timing); run it with
 //!
 //! ```text
-//! cargo test -p api --test portal_bench -- --ignored --nocapture
+//! cargo test -p api --test integration portal_bench:: -- --ignored --nocapture
 //! ```
 //!
 //! (the test profile: the workspace at opt-level 1, dependencies at 2; `--release` is faster). It
@@ -22,7 +22,7 @@ use reqwest::{Method, StatusCode};
 use serde_json::json;
 use uuid::{NoContext, Timestamp, Uuid};
 
-mod common;
+use crate::common;
 
 const EVENTS: usize = 100_000;
 const ENDPOINTS: usize = 5;

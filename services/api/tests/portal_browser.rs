@@ -29,7 +29,7 @@ use hookstream_testkit::TestEnv;
 use reqwest::Method;
 use serde_json::json;
 
-mod common;
+use crate::common;
 
 // ---- the verifying receiver ----
 

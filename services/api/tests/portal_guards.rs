@@ -27,7 +27,7 @@ use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-mod common;
+use crate::common;
 use common::Api;
 
 // ---- a browser's requests, with a session ----

@@ -10,7 +10,7 @@ use hookstream_testkit::TestEnv;
 use reqwest::{Method, StatusCode};
 use serde_json::json;
 
-mod common;
+use crate::common;
 
 #[derive(Clone, Default)]
 struct Captured(Arc<Mutex<Vec<u8>>>);

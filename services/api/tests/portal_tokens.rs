@@ -7,7 +7,7 @@ use hookstream_testkit::TestEnv;
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 
-mod common;
+use crate::common;
 use common::{api_tenant_key, Api};
 
 /// `app-portal-access` called with `key`: the portal token and its login link.

@@ -10,7 +10,7 @@ use std::process::Stdio;
 
 use hookstream_testkit::TestEnv;
 
-mod common;
+use crate::common;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_official_svix_python_sdk_works_unchanged() {

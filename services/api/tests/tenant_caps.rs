@@ -11,7 +11,7 @@ use hookstream_testkit::TestEnv;
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 
-mod common;
+use crate::common;
 use common::Api;
 
 async fn limit(env: &TestEnv, tenant: &str, column: &str, max: i32) {

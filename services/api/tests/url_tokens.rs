@@ -3,7 +3,7 @@
 //! not resolve), are retried and dead-lettered; the token is in no stored attempt, no dead
 //! letter, no API answer and no portal page, though each of them names the endpoint's URL.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

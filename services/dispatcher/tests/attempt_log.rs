@@ -14,7 +14,7 @@ use hookstream_testkit::{eventually, Behaviour, Receiver, TestEnv};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-mod common;
+use crate::common;
 
 /// Every attempt on the attempts topic (one per record, or a batch's).
 async fn attempts_on_topic(env: &TestEnv) -> Vec<AttemptRecord> {

@@ -18,7 +18,7 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-mod common;
+use crate::common;
 
 /// Attempts stored, and how many distinct (event, endpoint, attempt) they are.
 async fn stored(env: &TestEnv) -> (i64, i64) {

@@ -6,7 +6,8 @@ use std::collections::HashSet;
 use std::path::Path;
 use std::time::Duration;
 
-use hookstream_store::endpoints::{self, NewEndpoint};
+use hookstream_store::endpoint_admin;
+use hookstream_store::endpoints::NewEndpoint;
 use hookstream_store::outbox::NewEvent;
 use hookstream_testkit::process::{dispatcher_env, ServiceProcess};
 use hookstream_testkit::{eventually, Behaviour, Receiver, TestEnv};
@@ -14,7 +15,7 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-mod common;
+use crate::common;
 
 fn spawn_dispatcher(env: &TestEnv, name: &str, max_in_flight: usize) -> ServiceProcess {
     let mut vars = dispatcher_env(env);
@@ -39,7 +40,7 @@ fn start_relay(env: &TestEnv) -> CancellationToken {
 }
 
 async fn endpoint(env: &TestEnv, tenant: Uuid, receiver: &Receiver, max_in_flight: i32) {
-    let (_, secret) = endpoints::create(
+    let (_, secret) = endpoint_admin::create_from(
         &env.pool,
         &env.sealer(),
         &env.address_policy(),

@@ -27,7 +27,7 @@ use hookstream_testkit::{eventually, Behaviour, Receiver, TestEnv};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-mod common;
+use crate::common;
 
 /// A dispatcher on `env` whose database connections go through a `Partition`, once ready;
 /// its admin port and its log.

@@ -16,7 +16,7 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-mod common;
+use crate::common;
 
 async fn stored(env: &TestEnv, filter: Filter) -> Vec<attempts::Attempt> {
     attempts::list(

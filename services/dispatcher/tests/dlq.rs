@@ -19,7 +19,7 @@ use prometheus::Registry;
 use serde_json::json;
 use uuid::Uuid;
 
-mod common;
+use crate::common;
 use common::{retrying_config as config, start_observed_pipeline as start};
 
 fn producer(env: &TestEnv) -> FutureProducer {

@@ -12,7 +12,7 @@ use hookstream_testkit::{eventually, Behaviour, Receiver, TestEnv};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-mod common;
+use crate::common;
 
 fn config(env: &TestEnv) -> dispatcher::Config {
     let mut cfg = common::retrying_config(env, vec![1_000, 2_000, 4_000]);

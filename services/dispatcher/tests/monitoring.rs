@@ -21,7 +21,7 @@ use serde_json::json;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-mod common;
+use crate::common;
 
 /// Metric name → label names, from a scrape (or from what the dashboard and rules use).
 type Metrics = BTreeMap<String, BTreeSet<String>>;

@@ -11,7 +11,7 @@ use hookstream_testkit::{eventually, Behaviour, Received, Receiver, TestEnv};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-mod common;
+use crate::common;
 
 fn start(env: &TestEnv, schedule_ms: Vec<u64>) -> CancellationToken {
     common::start_pipeline(env, common::retrying_config(env, schedule_ms))

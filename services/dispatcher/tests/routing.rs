@@ -19,7 +19,7 @@ use hookstream_testkit::{eventually, Behaviour, Receiver, TestEnv};
 use serde_json::json;
 use uuid::Uuid;
 
-mod common;
+use crate::common;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_thousand_new_tenants_each_get_the_event_published_right_after_their_endpoint() {

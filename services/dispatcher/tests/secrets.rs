@@ -11,7 +11,7 @@ use hookstream_store::outbox::NewEvent;
 use hookstream_testkit::{eventually, Behaviour, Receiver, TestEnv};
 use serde_json::json;
 
-mod common;
+use crate::common;
 
 type Row = (Option<String>, Option<Vec<u8>>, Option<String>);
 

@@ -15,7 +15,7 @@ use hookstream_testkit::{eventually, secured, Behaviour, Receiver, TestEnv};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-mod common;
+use crate::common;
 
 use hookstream_kafka::PROBE_TIMEOUT as PROBE;
 

@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use hookstream_egress::AddressPolicy;
 use hookstream_proto::{DeadLetter, Message as _};
-use hookstream_store::endpoints::{self, NewEndpoint};
+use hookstream_store::endpoint_admin;
+use hookstream_store::endpoints::NewEndpoint;
 use hookstream_store::outbox::NewEvent;
 use hookstream_store::sqlx;
 use hookstream_testkit::{eventually, Behaviour, Receiver, TestEnv};
@@ -18,7 +19,7 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-mod common;
+use crate::common;
 
 fn start(env: &TestEnv, allow_loopback: bool) -> CancellationToken {
     let mut cfg = common::dispatcher_config(env);
@@ -30,7 +31,7 @@ fn start(env: &TestEnv, allow_loopback: bool) -> CancellationToken {
 
 /// Creates an endpoint under `policy`.
 async fn endpoint_under(env: &TestEnv, policy: &AddressPolicy, tenant: Uuid, url: &str) -> Uuid {
-    endpoints::create(
+    endpoint_admin::create_from(
         &env.pool,
         &env.sealer(),
         policy,
@@ -88,7 +89,7 @@ async fn forbidden_destinations_are_refused_before_any_connection() {
     // Creation with the built-in policy refuses every IP literal at once, naming the range,
     // and never echoing the URL.
     for url in urls.iter().filter(|u| !u.contains("localhost")) {
-        let refused = endpoints::create(
+        let refused = endpoint_admin::create_from(
             &env.pool,
             &env.sealer(),
             &AddressPolicy::default(),

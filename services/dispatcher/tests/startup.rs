@@ -13,7 +13,7 @@ use hookstream_testkit::process::{dispatcher_env, ServiceProcess};
 use hookstream_testkit::TestEnv;
 use tokio_util::sync::CancellationToken;
 
-mod common;
+use crate::common;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tier_that_would_delete_records_before_they_are_due_is_refused_until_fixed() {

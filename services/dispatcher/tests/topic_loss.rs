@@ -27,7 +27,7 @@ use hookstream_testkit::{eventually, Behaviour, Receiver, TestEnv};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-mod common;
+use crate::common;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dlq_topic_deleted_at_run_time_stops_the_dispatcher_naming_it_and_loses_nothing() {

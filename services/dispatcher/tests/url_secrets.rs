@@ -13,7 +13,7 @@ use hookstream_testkit::{eventually, Behaviour, Receiver, TestEnv};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-mod common;
+use crate::common;
 
 const TOKENS: [&str; 5] = [
     "T0KpathAAA1234567",

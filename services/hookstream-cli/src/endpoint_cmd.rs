@@ -280,7 +280,7 @@ async fn create(
         )
     };
     let sealer = secrets::sealer(secrets_cfg)?;
-    let (ep, secret) = endpoints::create(
+    let (ep, secret) = endpoint_admin::create_from(
         pool,
         &sealer,
         policy,

@@ -9,7 +9,7 @@ use hookstream_store::outbox::NewEvent;
 use hookstream_testkit::{eventually, Behaviour, Receiver, TestEnv};
 use serde_json::json;
 
-mod common;
+use crate::common;
 use common::Run;
 
 async fn hookstream(env: &TestEnv, args: &[&str]) -> Run {

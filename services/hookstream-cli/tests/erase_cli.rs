@@ -9,7 +9,7 @@ use hookstream_testkit::process::service_env;
 use hookstream_testkit::TestEnv;
 use serde_json::Value;
 
-mod common;
+use crate::common;
 
 async fn erase(env: &TestEnv, args: &[&str]) -> Value {
     let mut c = common::command();

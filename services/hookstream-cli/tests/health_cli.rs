@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 /// One retry tier of one second.
 const SCHEDULE: &str = "[1000]";
 
-mod common;
+use crate::common;
 use common::Run;
 
 fn problems_of(run: &Run) -> Vec<String> {

@@ -8,7 +8,7 @@ use std::time::Duration;
 use hookstream_testkit::{eventually, Behaviour, Receiver, TestEnv};
 use serde_json::Value;
 
-mod common;
+use crate::common;
 use common::Run;
 
 async fn hookstream(env: &TestEnv, args: &[&str]) -> Run {

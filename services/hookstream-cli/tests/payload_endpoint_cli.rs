@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 use tokio::io::AsyncWriteExt as _;
 use uuid::Uuid;
 
-mod common;
+use crate::common;
 use common::Run;
 
 async fn cli(env: &TestEnv, args: &[&str]) -> Run {

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use axum::http::StatusCode;
 use axum::Router;
 
-mod common;
+use crate::common;
 use common::Run;
 
 /// Runs `hookstream probe URL ARGS…` with a configuration that would fail to load.

@@ -14,7 +14,7 @@ use hookstream_testkit::{eventually, Behaviour, Receiver, TestEnv};
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
-mod common;
+use crate::common;
 use common::Run;
 
 const MISSED: usize = 5;

@@ -5,7 +5,7 @@ use hookstream_testkit::process::service_env;
 use hookstream_testkit::TestEnv;
 use serde_json::Value;
 
-mod common;
+use crate::common;
 
 /// Whether `hookstream args…` succeeded, and what it printed.
 async fn hookstream(env: &TestEnv, args: &[&str]) -> (bool, String, String) {

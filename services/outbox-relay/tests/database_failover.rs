@@ -12,7 +12,7 @@ use hookstream_testkit::partition::Partition;
 use hookstream_testkit::process::{admin_get, free_port, service_env, ServiceProcess};
 use hookstream_testkit::{eventually, TestEnv};
 
-mod common;
+use crate::common;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_database_that_goes_dark_under_the_relay_is_left_for_a_new_connection() {

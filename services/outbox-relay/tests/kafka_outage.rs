@@ -10,7 +10,7 @@ use hookstream_testkit::broker::PrivateKafka;
 use hookstream_testkit::process::{service_env, ServiceProcess};
 use hookstream_testkit::{eventually, TestEnv};
 
-mod common;
+use crate::common;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kafka_down_for_thirty_seconds_under_load_loses_nothing() {

@@ -341,7 +341,7 @@ pub async fn endpoint(
     url: &str,
     event_types: &[&str],
 ) -> (uuid::Uuid, Secret) {
-    let (ep, secret) = hookstream_store::endpoints::create(
+    let (ep, secret) = hookstream_store::endpoint_admin::create_from(
         &env.pool,
         &env.sealer(),
         &env.address_policy(),

@@ -1,0 +1,9 @@
+//! The outbox-relay's integration tests, as one test binary: linked once instead of once per file
+//! (the workspace had 62 integration test binaries). Each module is the file of that name beside
+//! this one, one concern each; run one with `cargo test -p outbox-relay --test integration
+//! <module>::`.
+
+mod common;
+mod database_failover;
+mod kafka_outage;
+mod relay;
