@@ -54,29 +54,30 @@
 
 #![forbid(unsafe_code)]
 
-mod api;
-mod autoscale;
-mod baseline;
-mod chaos;
+// Modules bottom-up: each uses only those declared above it (scripts/check/module_order.py).
 mod chart;
 mod cli;
-mod engine;
-mod fault_tally;
 mod faults;
 mod group;
 mod keda;
-mod merge;
-mod page;
-mod phase_charts;
 mod procstat;
-mod relay;
 mod report;
-mod scenarios;
+mod page;
 mod schedule;
+mod baseline;
+mod fault_tally;
 mod scrape;
 mod stack;
+mod api;
 mod tally;
+mod relay;
+mod engine;
+mod autoscale;
+mod phase_charts;
+mod chaos;
+mod scenarios;
 mod verdict;
+mod merge;
 
 use std::path::Path;
 

@@ -9,6 +9,7 @@
 
 #![forbid(unsafe_code)]
 
+// Modules bottom-up: each uses only those declared above it (scripts/check/module_order.py).
 mod database;
 mod kafka;
 mod retry;

@@ -15,6 +15,7 @@
 
 #![forbid(unsafe_code)]
 
+// Modules bottom-up: each uses only those declared above it (scripts/check/module_order.py).
 pub mod policy;
 pub mod redact;
 pub mod url;

@@ -10,9 +10,10 @@
 
 #![forbid(unsafe_code)]
 
+// Modules bottom-up: each uses only those declared above it (scripts/check/module_order.py).
 mod config;
-mod event_filter;
 mod input;
+mod event_filter;
 mod payload_filter;
 mod proto;
 mod retry_after;

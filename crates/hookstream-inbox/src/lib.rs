@@ -52,14 +52,15 @@
 
 #![forbid(unsafe_code)]
 
+// Modules bottom-up: each uses only those declared above it (scripts/check/module_order.py).
 pub mod config;
-pub mod demo;
-pub mod maintenance;
 pub mod metrics;
-pub mod receive;
 pub mod store;
+pub mod maintenance;
 pub mod verify;
+pub mod receive;
 pub mod worker;
+pub mod demo;
 
 use std::sync::Arc;
 

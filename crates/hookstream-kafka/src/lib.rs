@@ -6,15 +6,16 @@
 
 #![forbid(unsafe_code)]
 
-mod config;
-pub mod consumer;
+// Modules bottom-up: each uses only those declared above it (scripts/check/module_order.py).
 pub mod group_view;
-pub mod handoff;
-pub mod lag;
-pub mod lost;
 pub mod probe;
 pub mod topics;
+mod config;
+pub mod lost;
+pub mod handoff;
 pub mod tracker;
+pub mod lag;
+pub mod consumer;
 
 pub use config::{client_config, consumer_config, producer_config};
 pub use consumer::{ConsumerError, ConsumerSettings, Done, Fatal, Handler, Record, Start};

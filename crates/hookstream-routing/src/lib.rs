@@ -10,6 +10,7 @@
 
 #![forbid(unsafe_code)]
 
+// Modules bottom-up: each uses only those declared above it (scripts/check/module_order.py).
 pub mod channels;
 pub mod event_types;
 pub mod payload_filter;

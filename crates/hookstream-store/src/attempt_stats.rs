@@ -16,7 +16,7 @@ use serde::Serialize;
 use sqlx::{PgPool, Postgres, QueryBuilder, Transaction};
 use uuid::Uuid;
 
-use crate::attempts::NewAttempt;
+use crate::attempt_row::NewAttempt;
 use crate::StoreError;
 
 /// Buckets per doubling of `1 + duration_ms`.

@@ -24,32 +24,7 @@ const MAX_ERROR_CHARS: usize = 1_000;
 /// Longest label (trigger, outcome, class, next, tier) stored.
 const MAX_LABEL_CHARS: usize = 64;
 
-/// One attempt to store.
-#[derive(Debug, Clone, PartialEq)]
-pub struct NewAttempt {
-    pub started_at: DateTime<Utc>,
-    pub event_id: Uuid,
-    pub endpoint_id: Uuid,
-    pub attempt: i32,
-    pub tenant_id: Uuid,
-    pub trigger: String,
-    pub duration_ms: i32,
-    pub status: Option<i32>,
-    pub outcome: String,
-    pub error_class: String,
-    pub error: String,
-    pub response_headers: Vec<(String, String)>,
-    pub response_body: Option<Vec<u8>>,
-    pub response_truncated: bool,
-    pub next: String,
-    pub next_due_at: Option<DateTime<Utc>>,
-    pub next_tier: Option<String>,
-    pub event_type: Option<String>,
-    pub aggregate_id: Option<String>,
-    pub payload_bytes: Option<i32>,
-    pub committed_at: Option<DateTime<Utc>>,
-    pub relayed_at: Option<DateTime<Utc>>,
-}
+pub use crate::attempt_row::NewAttempt;
 
 fn clean(s: &str, max_chars: usize) -> String {
     s.chars().filter(|c| *c != '\0').take(max_chars).collect()

@@ -6,32 +6,34 @@
 
 #![forbid(unsafe_code)]
 
+// Modules bottom-up: each uses only those declared above it (scripts/check/module_order.py).
 pub mod api_keys;
 pub mod applications;
-pub mod attempt_stats;
-pub mod attempts;
+pub mod attempt_row;
 pub mod background_tasks;
 pub mod batch;
 pub mod breakers;
+pub mod attempt_stats;
 pub mod copy;
+pub mod attempts;
 pub mod dead_letters;
 pub mod deadline;
-pub mod delivery_pages;
-pub mod endpoint_admin;
-pub mod endpoint_headers;
-pub mod endpoints;
 pub mod event_types;
 pub mod filter;
 pub mod limits;
-pub mod messages;
 pub mod operational;
 pub mod outbox;
-pub mod payload_keys;
 pub mod portal;
 pub mod sealing;
+pub mod endpoint_headers;
+pub mod endpoints;
+pub mod endpoint_admin;
+pub mod payload_keys;
+pub mod messages;
+pub mod delivery_pages;
 pub mod subscriptions;
-pub mod tenant_limits;
 pub mod tenants;
+pub mod tenant_limits;
 pub mod wakeup;
 
 use std::time::Duration;

@@ -15,6 +15,8 @@ use serde::Serialize;
 use sqlx::{PgPool, Postgres, QueryBuilder};
 use uuid::Uuid;
 
+use crate::payload_keys;
+use crate::sealing::Sealer;
 use crate::StoreError;
 
 /// A message to enqueue.
@@ -254,7 +256,7 @@ pub struct Message {
 
 /// Opens the sealed copies among `msgs` in place: `payload` becomes the text, or `{}` with
 /// `erased` set when its data key is gone.
-pub async fn open_all(keys: &crate::payload_keys::Keyring, msgs: &mut [Message]) -> Result<(), StoreError> {
+pub async fn open_all(keys: &payload_keys::Keyring, msgs: &mut [Message]) -> Result<(), StoreError> {
     for m in msgs.iter_mut() {
         let (Some(key), Some(sealed)) = (m.payload_key, m.body_sealed.as_deref()) else {
             continue;
@@ -399,6 +401,35 @@ pub async fn seal_copies(conn: &mut sqlx::PgConnection, copies: &[SealedCopy]) -
     .execute(conn)
     .await?;
     Ok(())
+}
+
+/// Seals `plain`, the payload of `tenant`'s stored message `event` still in clear (written
+/// before payloads were sealed, or an example the API sends itself), with the tenant's key of
+/// today, and its store copy with it. Returns the key id and the sealed bytes.
+pub async fn seal_stored(
+    pool: &PgPool,
+    sealer: &Sealer,
+    tenant: Uuid,
+    event: Uuid,
+    plain: &[u8],
+) -> Result<(Uuid, Vec<u8>), StoreError> {
+    let mut tx = pool.begin().await?;
+    let scope: payload_keys::KeyScope = (tenant, None, chrono::Utc::now().date_naive());
+    let keys = payload_keys::sealing_keys(&mut tx, pool, sealer, std::slice::from_ref(&scope)).await?;
+    let key = &keys[&scope];
+    let sealed = key.seal(&event.to_string(), &tenant.to_string(), plain);
+    seal_copies(
+        &mut tx,
+        &[SealedCopy {
+            tenant,
+            event,
+            key: key.id,
+            sealed: sealed.clone(),
+        }],
+    )
+    .await?;
+    tx.commit().await?;
+    Ok((key.id, sealed))
 }
 
 /// Replaces a message's stored payload with `{}` (Svix's expunge-content).

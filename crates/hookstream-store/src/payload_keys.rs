@@ -480,35 +480,6 @@ pub async fn erase(
     Ok(erased)
 }
 
-/// Seals `plain`, the payload of `tenant`'s stored message `event` still in clear (written
-/// before payloads were sealed, or an example the API sends itself), with the tenant's key of
-/// today, and its store copy with it. Returns the key id and the sealed bytes.
-pub async fn seal_stored(
-    pool: &PgPool,
-    sealer: &Sealer,
-    tenant: Uuid,
-    event: Uuid,
-    plain: &[u8],
-) -> Result<(Uuid, Vec<u8>), StoreError> {
-    let mut tx = pool.begin().await?;
-    let scope: KeyScope = (tenant, None, chrono::Utc::now().date_naive());
-    let keys = sealing_keys(&mut tx, pool, sealer, std::slice::from_ref(&scope)).await?;
-    let key = &keys[&scope];
-    let sealed = key.seal(&event.to_string(), &tenant.to_string(), plain);
-    crate::messages::seal_copies(
-        &mut tx,
-        &[crate::messages::SealedCopy {
-            tenant,
-            event,
-            key: key.id,
-            sealed: sealed.clone(),
-        }],
-    )
-    .await?;
-    tx.commit().await?;
-    Ok((key.id, sealed))
-}
-
 /// Records that one message's content was erased (Svix's expunge-content; `messages::expunge`
 /// empties the stored copy): replay and resend refuse it from then on.
 pub async fn record_message_erasure(

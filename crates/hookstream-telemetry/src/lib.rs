@@ -7,6 +7,7 @@
 
 #![forbid(unsafe_code)]
 
+// Modules bottom-up: each uses only those declared above it (scripts/check/module_order.py).
 mod admin;
 mod health;
 mod logging;

@@ -8,6 +8,7 @@
 //! only sometimes (`baseline`, a phase's `figures`, `median_of_runs`, `runs`) may be absent.
 //! The JSON is written with its keys sorted ([`to_json`]), as it always was.
 
+// Modules bottom-up: each uses only those declared above it (scripts/check/module_order.py).
 mod autoscale;
 mod chaos;
 mod headline;

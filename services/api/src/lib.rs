@@ -11,20 +11,21 @@
 
 #![forbid(unsafe_code)]
 
+// Modules bottom-up: each uses only those declared above it (scripts/check/module_order.py).
 mod app_cache;
-pub mod auth;
-mod background;
 pub mod config;
 pub mod error;
 mod extract;
-mod failed_auth;
 mod maintenance;
 pub mod metrics;
+mod failed_auth;
+pub mod auth;
 pub mod models;
 pub mod page;
 mod payloads;
-pub mod portal;
+mod background;
 mod routes;
+pub mod portal;
 pub mod unimplemented;
 mod writer;
 

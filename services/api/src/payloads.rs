@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use hookstream_proto::EventEnvelope;
 use hookstream_store::messages::{self, Message};
-use hookstream_store::payload_keys::{self, Keyring};
+use hookstream_store::payload_keys::Keyring;
 use hookstream_store::sealing::Sealer;
 use hookstream_store::sqlx::PgPool;
 
@@ -58,7 +58,7 @@ impl Payloads {
                 (key, sealed.clone())
             }
             _ => {
-                payload_keys::seal_stored(
+                messages::seal_stored(
                     &self.pool,
                     &self.sealer,
                     m.tenant_id,

@@ -5,38 +5,14 @@
 //! the same transaction). Each write is given up after the database's answer deadline: the
 //! delivery whose outcome it records waits for it.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use hookstream_delivery::{Outcome, Verdict};
 use hookstream_store::answered;
 use hookstream_store::endpoints::ActiveEndpoint;
-use uuid::Uuid;
 
-use crate::context::{now_ms, Context};
-
-/// What this instance knows of its endpoints' health.
-#[derive(Default)]
-pub(crate) struct EndpointHealth {
-    /// Since when each endpoint has been failing (ms); absent means "as the subscription
-    /// snapshot says", `None` means healthy.
-    failing_since: Mutex<HashMap<Uuid, Option<i64>>>,
-}
-
-impl EndpointHealth {
-    fn known(&self, id: Uuid) -> Option<Option<i64>> {
-        self.failing_since.lock().expect("health lock").get(&id).copied()
-    }
-
-    fn set(&self, id: Uuid, since: Option<i64>) {
-        self.failing_since.lock().expect("health lock").insert(id, since);
-    }
-
-    fn forget(&self, id: Uuid) {
-        self.failing_since.lock().expect("health lock").remove(&id);
-    }
-}
+use crate::context::Context;
+use crate::work::now_ms;
 
 /// Keeps `failing_since` in step with an outcome.
 pub(crate) async fn track(ctx: &Context, ep: &ActiveEndpoint, outcome: &Outcome) {

@@ -8,9 +8,10 @@ use bytes::Bytes;
 use hookstream_kafka::{Done, Fatal, Handler, Record, Start};
 use hookstream_proto::{DeadLetter, EventEnvelope, Message as _, SourcePosition};
 
-use crate::context::{now_ms, Context, Finished, Read};
+use crate::context::Context;
 use crate::fanout::{self, Reroute};
 use crate::handoff;
+use crate::work::{done, now_ms, Finished, Read};
 
 pub(crate) struct EventsRole {
     pub(crate) ctx: Arc<Context>,
@@ -61,15 +62,4 @@ async fn process(ctx: &Context, work: EventWork) -> Finished {
         }
     };
     fanout::route_and_deliver(ctx, event, Read::first(work.origin), Reroute::default()).await
-}
-
-/// A `Finished` as the tracked consumer wants it.
-pub(crate) fn done(result: Finished) -> Result<Done, Fatal> {
-    result.map(|finished| {
-        if finished {
-            Done::Finished
-        } else {
-            Done::Unfinished
-        }
-    })
 }

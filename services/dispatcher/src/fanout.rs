@@ -16,8 +16,9 @@ use hookstream_routing::Candidate;
 use uuid::Uuid;
 
 use crate::attempt_log::Trigger;
-use crate::context::{now_ms, pause, Context, Finished, Read};
+use crate::context::Context;
 use crate::subscriptions::Route;
+use crate::work::{now_ms, pause, Finished, Read};
 use crate::{handoff, outcome, payloads};
 
 /// An event routed again: how many times it was, and when its tenant was first missing.

@@ -6,10 +6,8 @@ use hookstream_delivery::ErrorClass;
 use hookstream_kafka::{Fatal, HandoffError};
 use hookstream_proto::{DeadLetter, DeliveryTask, Message as _, SourcePosition};
 
-use crate::context::{handed, now_ms, Context, Finished};
-
-/// The dead-letter class of a record no topic on its way would take.
-pub(crate) const TOO_LARGE: &str = "record_too_large";
+use crate::context::Context;
+use crate::work::{handed, now_ms, Finished, TOO_LARGE};
 
 /// The label (`5s`, `5m`, …) of the tier a task due at `due_at_ms` waits in first.
 pub(crate) fn first_tier_label(ctx: &Context, due_at_ms: i64) -> String {

@@ -16,25 +16,29 @@
 
 #![forbid(unsafe_code)]
 
+// Modules bottom-up: each uses only those declared above it (scripts/check/module_order.py).
 mod attempt_log;
-pub mod attempt_sink;
-mod breaker_report;
-pub mod config;
-mod context;
-pub mod dlq_sink;
-mod endpoint_health;
-mod events;
-mod fanout;
+mod failing_since;
 pub mod group_limits;
-mod handoff;
-pub mod isolation;
+mod pressure;
+mod sink;
+pub mod attempt_sink;
+pub mod dlq_sink;
+mod work;
 mod metrics;
+pub mod isolation;
+pub mod config;
+mod schedule;
+pub mod subscriptions;
+mod context;
+mod breaker_report;
+mod endpoint_health;
+mod handoff;
 mod outcome;
 mod payloads;
-mod pressure;
+mod fanout;
+mod events;
 pub mod retry;
-mod sink;
-pub mod subscriptions;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -51,8 +55,8 @@ use tokio_util::sync::CancellationToken;
 pub use config::{Config, DispatcherSettings, Role};
 pub use metrics::DispatcherMetrics;
 
-pub(crate) use context::now_ms;
 use context::Context;
+pub(crate) use work::now_ms;
 
 /// How long a stopping dispatcher waits for Kafka to take the attempt log's last records.
 const ATTEMPT_LOG_FLUSH: Duration = Duration::from_secs(5);

@@ -387,7 +387,7 @@ impl DispatcherMetrics {
                 "endpoint_disabled",
                 "erased",
                 "unreadable_payload",
-                crate::handoff::TOO_LARGE,
+                crate::work::TOO_LARGE,
             ])
             .collect();
         init(&self.dead_letters, &classes);

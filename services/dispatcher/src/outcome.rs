@@ -11,8 +11,9 @@ use hookstream_proto::{DeadLetter, EventEnvelope};
 use hookstream_store::endpoints::ActiveEndpoint;
 
 use crate::attempt_log::{verdict_label, Attempt, Next, Trigger};
-use crate::context::{now_ms, Context, Finished, Read};
-use crate::{endpoint_health, handoff, retry};
+use crate::context::Context;
+use crate::work::{now_ms, Finished, Read};
+use crate::{endpoint_health, handoff, schedule};
 
 /// Attempt number `attempt` (1 on the main path) of `event` to `ep`, `body` being its payload
 /// opened (`event` keeps it sealed, for the hand-offs). `Ok(true)` once the delivery is done or
@@ -38,7 +39,7 @@ pub(crate) async fn attempt(
         Err(refusal) => {
             // (Boxed, like every rarely taken await below: many attempts wait for admission at
             // once, and each reserves the size of its largest state.)
-            let task = retry::deferred(
+            let task = schedule::deferred(
                 event,
                 ep.endpoint.id,
                 attempt - 1,
@@ -108,7 +109,7 @@ pub(crate) async fn attempt(
             return Ok(true);
         }
         Verdict::Retryable if ctx.retry.enabled => {
-            match retry::after_failure(
+            match schedule::after_failure(
                 &ctx.retry,
                 event,
                 ep.endpoint.id,

@@ -9,8 +9,9 @@ use bytes::Bytes;
 use hookstream_proto::{DeadLetter, EventEnvelope};
 use hookstream_store::payload_keys::Unreadable;
 
-use crate::context::{now_ms, pause, Context, Finished, Read};
+use crate::context::Context;
 use crate::handoff;
+use crate::work::{now_ms, pause, Finished, Read};
 
 /// The dead-letter class of a payload that no longer opens because it was erased.
 pub(crate) const ERASED: &str = "erased";

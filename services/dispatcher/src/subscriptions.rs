@@ -22,8 +22,8 @@ use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use crate::context::now_ms;
 use crate::metrics::DispatcherMetrics;
+use crate::work::now_ms;
 
 /// Channel the schema's triggers notify when tenants, endpoints or secrets change.
 pub const NOTIFY_CHANNEL: &str = "hookstream_subscriptions";
@@ -322,7 +322,7 @@ impl Subscriptions {
                 tracing::warn!(error = %e, "subscription refresh failed, keeping the last snapshot");
                 // The database may be down: no tight loop (the wake-up returns at once after
                 // it reconnects).
-                if !crate::context::pause(&shutdown, Duration::from_secs(1)).await {
+                if !crate::work::pause(&shutdown, Duration::from_secs(1)).await {
                     return Ok(());
                 }
             }

@@ -6,17 +6,18 @@
 
 #![forbid(unsafe_code)]
 
+// Modules bottom-up: each uses only those declared above it (scripts/check/module_order.py).
 mod api_keys;
-mod attempts;
-mod dlq;
-mod endpoint_cmd;
-mod health;
 mod listen;
 mod payload_arg;
 mod probe;
 mod publish;
 mod secrets;
+mod dlq;
+mod attempts;
+mod health;
 mod tasks;
+mod endpoint_cmd;
 
 use std::path::PathBuf;
 

@@ -12,6 +12,7 @@
 
 #![forbid(unsafe_code)]
 
+// Modules bottom-up: each uses only those declared above it (scripts/check/module_order.py).
 mod config;
 mod maintenance;
 mod metrics;

@@ -6,7 +6,7 @@ use axum::response::{IntoResponse, Response};
 use hookstream_store::portal::LinkRefused;
 use hookstream_store::StoreError;
 
-use super::layout;
+use super::document;
 use crate::error::ApiError;
 
 #[derive(Debug)]
@@ -85,7 +85,7 @@ impl IntoResponse for PortalError {
                 format!("The form could not be verified ({why}). Go back, reload the page and try again."),
             ),
             PortalError::RateLimited(secs) => {
-                let mut r = layout::error_page(
+                let mut r = document::error_page(
                     StatusCode::TOO_MANY_REQUESTS,
                     "Too many requests",
                     &format!("Slow down: retry in {secs} s."),
@@ -132,6 +132,6 @@ impl IntoResponse for PortalError {
                 (status, title, detail)
             }
         };
-        layout::error_page(status, title, &detail)
+        document::error_page(status, title, &detail)
     }
 }

@@ -1,12 +1,13 @@
-//! The page shell every portal page shares (skip link, header, navigation, main landmark) and
-//! the small pieces forms repeat. maud escapes every interpolated value; nothing here builds
-//! HTML from strings.
+//! The shell of a signed-in session's pages (skip link, header, navigation, main landmark), on
+//! `document`, and the small pieces forms repeat. maud escapes every interpolated value;
+//! nothing here builds HTML from strings.
 
-use axum::http::{header, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::http::StatusCode;
+use axum::response::Response;
 use chrono::{DateTime, Utc};
 use maud::{html, Markup, DOCTYPE};
 
+use super::document::{head, html_response};
 use super::session::Session;
 
 /// Which navigation entry is current.
@@ -15,28 +16,6 @@ pub enum Nav {
     Endpoints,
     Deliveries,
     EventTypes,
-}
-
-fn html_response(status: StatusCode, markup: Markup) -> Response {
-    (
-        status,
-        [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
-        markup.into_string(),
-    )
-        .into_response()
-}
-
-fn head(title: &str) -> Markup {
-    html! {
-        head {
-            meta charset="utf-8";
-            meta name="viewport" content="width=device-width, initial-scale=1";
-            meta name="referrer" content="no-referrer";
-            title { (title) " · Hookstream portal" }
-            link rel="stylesheet" href="/portal/assets/portal.css";
-            script src="/portal/assets/portal.js" defer {}
-        }
-    }
 }
 
 /// A page of a signed-in session.
@@ -79,58 +58,6 @@ pub fn page(session: &Session, nav: Nav, title: &str, notice: Option<&str>, body
             }
         },
     )
-}
-
-/// A page outside a session (errors, signed out).
-pub fn message_page(status: StatusCode, title: &str, detail: &str) -> Response {
-    html_response(
-        status,
-        html! {
-            (DOCTYPE)
-            html lang="en" {
-                (head(title))
-                body {
-                    main #main.message {
-                        h1 { (title) }
-                        p.detail { (detail) }
-                        p { a href="/portal" { "Back to the portal" } }
-                    }
-                }
-            }
-        },
-    )
-}
-
-/// What a login link opens: the application it signs in to, and a button that posts the
-/// link's token. Only that post starts a session.
-pub fn login_page(tenant_name: &str, read_only: bool, token: &str) -> Response {
-    html_response(
-        StatusCode::OK,
-        html! {
-            (DOCTYPE)
-            html lang="en" {
-                (head("Sign in"))
-                body {
-                    main #main.message {
-                        h1 { "Sign in to " (tenant_name) }
-                        p.detail {
-                            "This link opens the Hookstream portal of " strong { (tenant_name) }
-                            @if read_only { ", read-only" } "."
-                            " If you did not ask for it, close this page: nothing has happened yet."
-                        }
-                        form method="post" action="/portal/login" {
-                            input type="hidden" name="token" value=(token);
-                            button type="submit" #continue.primary { "Continue to the portal" }
-                        }
-                    }
-                }
-            }
-        },
-    )
-}
-
-pub fn error_page(status: StatusCode, title: &str, detail: &str) -> Response {
-    message_page(status, title, detail)
 }
 
 /// The session's CSRF token, for every form.

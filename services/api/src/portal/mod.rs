@@ -3,7 +3,7 @@
 //! validation as the API's routes (`crate::routes`).
 //!
 //! Access starts with a login link from `POST /api/v1/auth/app-portal-access/{app_id}`
-//! (short-lived, single-use, consumed only by the button of the page it opens: `session.rs`),
+//! (short-lived, single-use, consumed only by the button of the page it opens: `login.rs`),
 //! which becomes a session cookie scoped to one tenant.
 //! Every handler takes the session's tenant as the scope of every query: another tenant's id
 //! is "not found". Every form carries the session's CSRF token (`csrf.rs`); pages are
@@ -14,13 +14,16 @@
 //! Nothing here logs a token, a session id or a query string: the request metrics name the
 //! route template only (`crate::track`).
 
+// Modules bottom-up: each uses only those declared above it (scripts/check/module_order.py).
 mod assets;
 mod chart;
-mod csrf;
+mod document;
 mod error;
-mod layout;
-mod pages;
 mod session;
+mod csrf;
+mod layout;
+mod login;
+mod pages;
 
 use axum::extract::Request;
 use axum::http::{header, HeaderValue};
@@ -69,11 +72,8 @@ pub fn router(state: AppState) -> Router<AppState> {
     use pages::{deliveries, endpoints, event_types};
     Router::new()
         .route("/portal", get(endpoints::list))
-        .route(
-            "/portal/login",
-            get(session::login).post(session::login_confirmed),
-        )
-        .route("/portal/logout", post(session::logout))
+        .route("/portal/login", get(login::login).post(login::login_confirmed))
+        .route("/portal/logout", post(login::logout))
         .route("/portal/endpoints/new", get(endpoints::new_form))
         .route("/portal/endpoints", post(endpoints::create))
         .route(

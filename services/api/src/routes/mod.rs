@@ -1,16 +1,17 @@
 //! The routes, each a handler with its `#[utoipa::path]`: the router and the OpenAPI document
 //! are built from the same list (`build`), so neither can have a route the other lacks.
 
+// Modules bottom-up: each uses only those declared above it (scripts/check/module_order.py).
 pub(crate) mod apps;
-pub(crate) mod attempts;
 pub(crate) mod auth;
 pub(crate) mod background_tasks;
 pub(crate) mod endpoint_headers;
-pub(crate) mod endpoints;
 pub(crate) mod event_types;
 pub(crate) mod extensions;
 pub(crate) mod health;
 pub(crate) mod messages;
+pub(crate) mod attempts;
+pub(crate) mod endpoints;
 pub(crate) mod operational_webhooks;
 
 use std::collections::BTreeMap;

@@ -1,8 +1,9 @@
 //! The portal's pages: endpoints (list, form, detail with secret, test event, replay and
 //! chart), the delivery log and an event's page, and the event-type catalogue.
 
-pub mod deliveries;
+// Modules bottom-up: each uses only those declared above it (scripts/check/module_order.py).
 pub mod endpoints;
+pub mod deliveries;
 pub mod event_types;
 
 use serde::de::DeserializeOwned;
