@@ -54,9 +54,11 @@ fi
 # Monitoring (alert rules and their promtool tests, runbooks, dashboard) and deployment files,
 # validated offline against the real loaders (the binaries just built).
 stage "check tools (built meanwhile)" wait "$tools_pid" || { tail -n 30 "$CHECK_LOG_DIR/tools.log" >&2; die "could not install the check tools, see $CHECK_LOG_DIR/tools.log"; }
-# Every path, file and module the docs name exists; every crate's modules form a stack.
+# Every path, file and module the docs name exists; every crate's modules form a stack; no
+# file over 800 lines without saying why.
 stage "check: doc names" python3 scripts/check/doc_names.py . README.md ARCHITECTURE.md CONTRIBUTING.md docs/*.md || status=1
 stage "check: module order" python3 scripts/check/module_order.py . || status=1
+stage "check: file size" python3 scripts/check/file_size.py . || status=1
 for check in scripts/check/monitoring.sh scripts/check/helm.sh scripts/check/compose.sh scripts/check/image.sh; do
   if ! HOOKSTREAM_BIN_DIR="${CARGO_TARGET_DIR:-$REPO_ROOT/target}/debug" stage "check: $(basename "$check" .sh)" bash "$check" >"$CHECK_LOG_DIR/$(basename "$check" .sh).log" 2>&1; then
     tail -n 40 "$CHECK_LOG_DIR/$(basename "$check" .sh).log" >&2

@@ -3,6 +3,10 @@
 //! states the rules), starting and stopping real events-role dispatchers, against a load
 //! step; then the same step with one fixed dispatcher, for comparison.
 //!
+//! Longer than 800 lines: the scenario and its emulation of KEDA's scaler and the HPA's
+//! behaviour are read together, step by step; the rules themselves are in `keda.rs`. Issue 44.2
+//! moves the harness onto libraries, which shortens it.
+//!
 //! - **Bound by I/O, not by the cores.** The receivers answer after 100 ms and each
 //!   dispatcher holds at most `--max-in-flight-events` (50) events, so one dispatcher
 //!   delivers about 50 ÷ 0.1 s = 500 events/s while using a fraction of a core: adding

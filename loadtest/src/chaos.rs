@@ -4,6 +4,10 @@
 //! immediate) and a database outage. Then everything is read back and counted by id
 //! (`fault_tally.rs`).
 //!
+//! Longer than 800 lines: one scenario's run, in the order its faults strike; planning is in
+//! `faults.rs` and counting in `fault_tally.rs`. Issue 44.2 moves the harness onto libraries,
+//! which shortens it.
+//!
 //! Topology: two relays and two dispatchers of each role (`dispatcher.roles`), so a kill never
 //! stops a kind of work entirely. Load: `--rate` events/s (200), each to three fast endpoints,
 //! one that answers 503 to 30 % of requests (retries through the tiers) and one that answers

@@ -2,6 +2,9 @@
 //! delivery path. Used by the `hookstream dlq replay` and `hookstream event resend` commands
 //! (and, later, the API); the dispatchers' retry role reads the headers defined here.
 //!
+//! Longer than 800 lines: replay, resend and send share one `Replayer` (its rate, its sealing,
+//! its hand-off to the first tier), and each path is short.
+//!
 //! A replay produces a `DeliveryTask` with `attempt: 0` and the stored event envelope (so the
 //! same `webhook-id`) to the first (shortest) retry tier, keyed by endpoint; the dispatchers'
 //! retry role delivers it when due with the same engine, signing and schedule as any

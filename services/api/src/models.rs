@@ -3,6 +3,9 @@
 //! messages, `timeoutMs`/`maxInFlight` on endpoints, dead letters, latency percentiles, API
 //! keys). Inputs ignore unknown fields (newer SDKs send more than this server knows); a Svix
 //! feature Hookstream lacks is refused with a 422 naming the field when it is set.
+//!
+//! Longer than 800 lines: one struct per JSON shape of Svix's API, kept together so that field
+//! names and cases are reviewed against the reference (`../shared/reference/`) in one place.
 
 use std::collections::BTreeMap;
 

@@ -1,6 +1,10 @@
 //! The admin API against real PostgreSQL (and, for deliveries, Kafka with an in-process relay
 //! and dispatcher): every resource's routes, Svix's error shapes, bad input refused naming the
 //! field with nothing written, and keys that see only their tenant.
+//!
+//! Longer than 800 lines: one case per operation of the wire contract, on shared fixtures
+//! (`common::Api`); a resource whose cases need a setup of their own has its own file
+//! (`isolation`, `tenant_caps`, `background_tasks`).
 
 use std::time::Duration;
 

@@ -3,6 +3,9 @@
 //! to a receiver that checks every signature (Standard Webhooks) and answers 200, or 500 with a
 //! body, on demand.
 //!
+//! Longer than 800 lines: one browser walk, step by step, with the WebDriver helpers it needs:
+//! Chromium starts once for the whole walk.
+//!
 //! The scenario of issue 16: open a portal link, add an endpoint (first refused by the SSRF
 //! rule, the error by the field), reveal its secret, send a test event and see it delivered,
 //! break the endpoint and see the failure with the receiver's response body, rotate the secret,

@@ -2,6 +2,9 @@
 //! deliveries are needed, a real relay and dispatcher) on this test's own PostgreSQL database
 //! and Kafka topics:
 //!
+//! Longer than 800 lines: one guard per route and per string, in tables that are most of its
+//! length.
+//!
 //! - a read-only session changes nothing through any POST route of `portal::ROUTES` but the
 //!   login and the logout: each answers 403 "Read-only access" to a valid form (the session's
 //!   CSRF token, same origin, the tenant's own endpoint and event ids), and the endpoints, their

@@ -2,6 +2,9 @@
 //! receivers: a dead letter is stored with its reason and replays with the same webhook-id;
 //! poison on the DLQ topic is stored and the partition moves on; replays keep to their rate;
 //! messages waiting in a retry tier do not slow the main path.
+//!
+//! Longer than 800 lines: every way into and out of the DLQ (storage, poison, replays, erasure)
+//! on the same pipeline helpers; each case stands alone.
 
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};

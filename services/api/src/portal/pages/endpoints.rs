@@ -1,6 +1,9 @@
 //! Endpoints: the list (with 24 h statistics, breaker and health), the add/edit form (the
 //! API's validation and SSRF rules, errors by the field), an endpoint's page (facts, chart,
 //! signing secret, test event, replay of its failed deliveries), and the changes.
+//!
+//! Longer than 800 lines: the list, the form, an endpoint's page and the changes share the
+//! form's fields, its validation and its error rendering.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
