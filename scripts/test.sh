@@ -9,7 +9,9 @@ trap stage_summary EXIT
 stage "build dependencies" bash "$REPO_ROOT/scripts/setup/build-deps.sh"
 stage "postgres and kafka" bash "$REPO_ROOT/scripts/stack/infra.sh" start
 export HOOKSTREAM_TEST_DATABASE_URL="postgres://postgres@127.0.0.1:${HOOKSTREAM_PG_PORT:-5432}/postgres"
-export HOOKSTREAM_TEST_KAFKA_BROKERS="127.0.0.1:${HOOKSTREAM_KAFKA_PORT:-9092}"
+# Every broker of the stack (HOOKSTREAM_KAFKA_BROKERS=3 starts three).
+HOOKSTREAM_TEST_KAFKA_BROKERS="$(bash "$REPO_ROOT/scripts/stack/kafka.sh" bootstrap)"
+export HOOKSTREAM_TEST_KAFKA_BROKERS
 
 # Databases left by earlier test runs (each test makes its own).
 psql -qAt "$HOOKSTREAM_TEST_DATABASE_URL" -c \

@@ -23,7 +23,12 @@ bash "$REPO_ROOT/scripts/stack/infra.sh" start
 # The stack's ports (HOOKSTREAM_PG_PORT, HOOKSTREAM_KAFKA_PORT) for every service and command
 # below: the environment overrides config/local/*.toml, which name the default ports.
 export HOOKSTREAM_DATABASE__URL="postgres://postgres@127.0.0.1:${HOOKSTREAM_PG_PORT:-5432}/hookstream"
-export HOOKSTREAM_KAFKA__BROKERS="127.0.0.1:${HOOKSTREAM_KAFKA_PORT:-9092}"
+export HOOKSTREAM_KAFKA__BROKERS="$(bash "$REPO_ROOT/scripts/stack/kafka.sh" bootstrap)"
+# HOOKSTREAM_KAFKA_BROKERS=3: three brokers, and every topic with three copies, two in sync
+# for an acknowledged write (the cluster's own defaults too; said here as a deployment would).
+if (( ${HOOKSTREAM_KAFKA_BROKERS:-1} >= 3 )); then
+  export HOOKSTREAM_KAFKA__TOPIC_SETTINGS__REPLICATION_FACTOR=3 HOOKSTREAM_KAFKA__TOPIC_SETTINGS__MIN_INSYNC_REPLICAS=2
+fi
 
 log "2/7 building the services (cargo build --bins: a first build compiles librdkafka and hundreds of crates, 15-20 minutes on 2 cores; later ones take seconds)"
 (cd "$REPO_ROOT" && cargo build --bins)
