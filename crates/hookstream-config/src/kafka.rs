@@ -95,6 +95,11 @@ pub struct TopicSettings {
     pub partitions: i32,
     /// Replication factor of every topic; -1 takes the broker's default.
     pub replication_factor: i32,
+    /// `min.insync.replicas` of every topic: how many copies must have a record before the
+    /// producers' `acks=all` write is acknowledged. With replication 3, set 2: an acknowledged
+    /// record survives the loss of one broker and writes go on while one is down. -1 takes
+    /// the broker's default.
+    pub min_insync_replicas: i32,
     /// How long events stay in the events topic (a dispatcher outage longer than this loses them).
     pub events_retention_ms: i64,
     /// How long dead letters stay in the DLQ topic (they are also stored in PostgreSQL).
@@ -108,6 +113,7 @@ impl Default for TopicSettings {
         Self {
             partitions: 6,
             replication_factor: -1,
+            min_insync_replicas: -1,
             events_retention_ms: 7 * DAY_MS,
             dlq_retention_ms: 30 * DAY_MS,
             attempts_retention_ms: 7 * DAY_MS,
@@ -381,6 +387,19 @@ impl Validate for KafkaConfig {
                 t.replication_factor
             ));
         }
+        if t.min_insync_replicas == 0 || t.min_insync_replicas < -1 {
+            return err(format!(
+                "kafka.topic_settings.min_insync_replicas must be -1 (broker default) or at least 1, not {}",
+                t.min_insync_replicas
+            ));
+        }
+        if t.replication_factor > 0 && t.min_insync_replicas > t.replication_factor {
+            return err(format!(
+                "kafka.topic_settings.min_insync_replicas ({}) exceeds replication_factor ({}): every acks=all \
+                 write would be refused",
+                t.min_insync_replicas, t.replication_factor
+            ));
+        }
         for (name, ms) in [
             ("events_retention_ms", t.events_retention_ms),
             ("dlq_retention_ms", t.dlq_retention_ms),
@@ -490,6 +509,34 @@ impl Validate for KafkaSecurity {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The Helm chart's `config.kafka.topic_settings` are these defaults, key for key: one
+    /// place (this file) says how topics are made, and the chart repeats it.
+    #[test]
+    fn the_charts_topic_settings_are_the_defaults() {
+        let values = include_str!("../../../helm/hookstream/values.yaml");
+        let mut lines = values.lines().skip_while(|l| l.trim() != "topic_settings:");
+        let head = lines.next().expect("values.yaml has config.kafka.topic_settings");
+        let indent = |l: &str| l.len() - l.trim_start().len();
+        let depth = indent(head);
+        let chart: BTreeMap<String, i64> = lines
+            .filter(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#'))
+            .take_while(|l| indent(l) > depth)
+            .map(|l| {
+                let (k, v) = l.trim().split_once(':').expect("key: value");
+                let v = v.split('#').next().unwrap_or_default().trim();
+                (
+                    k.to_string(),
+                    v.parse().unwrap_or_else(|_| panic!("{k}: {v} is a number")),
+                )
+            })
+            .collect();
+        let ours: BTreeMap<String, i64> =
+            figment::Figment::from(figment::providers::Serialized::defaults(TopicSettings::default()))
+                .extract()
+                .expect("the defaults as a map");
+        assert_eq!(chart, ours);
+    }
 
     #[test]
     fn security_settings_become_librdkafka_properties_and_secrets_stay_hidden() {

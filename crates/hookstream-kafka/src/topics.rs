@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use hookstream_config::{KafkaConfig, RetryConfig};
+use hookstream_config::{KafkaConfig, RetryConfig, TopicSettings};
 use rdkafka::admin::{AdminClient, AdminOptions, AlterConfig, NewTopic, ResourceSpecifier, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -95,6 +95,16 @@ impl TopicSpec {
         self.configs.push((key.to_string(), value.to_string()));
         self
     }
+
+    /// Replication and `min.insync.replicas` as `kafka.topic_settings` says (-1: the
+    /// broker's default, so no topic-level setting).
+    fn replicated(self, s: &TopicSettings) -> Self {
+        let spec = self.replication(s.replication_factor);
+        match s.min_insync_replicas {
+            n if n > 0 => spec.config("min.insync.replicas", n),
+            _ => spec,
+        }
+    }
 }
 
 /// The largest record the retry tiers and the DLQ accept, and the least a producer's
@@ -106,7 +116,7 @@ pub fn main_specs(kafka: &KafkaConfig) -> Vec<TopicSpec> {
     let s = &kafka.topic_settings;
     let spec = |name: &str, retention: i64| {
         TopicSpec::new(name, s.partitions)
-            .replication(s.replication_factor)
+            .replicated(s)
             .config("cleanup.policy", "delete")
             .config("retention.ms", retention)
     };
@@ -126,7 +136,7 @@ pub fn tier_specs(kafka: &KafkaConfig, retry: &RetryConfig) -> Vec<TopicSpec> {
         .into_iter()
         .map(|t| {
             TopicSpec::new(t.topic, retry.partitions)
-                .replication(kafka.topic_settings.replication_factor)
+                .replicated(&kafka.topic_settings)
                 .config("cleanup.policy", "delete")
                 .config("retention.ms", retry.tier_retention_ms)
                 .config("message.timestamp.type", "LogAppendTime")

@@ -121,6 +121,9 @@ enum TopicsCmd {
         /// Replication factor of every topic (default: kafka.topic_settings.replication_factor).
         #[arg(long)]
         replication: Option<i32>,
+        /// `min.insync.replicas` of every topic (default: kafka.topic_settings.min_insync_replicas).
+        #[arg(long)]
+        min_insync_replicas: Option<i32>,
         /// Also bring existing topics' retention, timestamp type and record size limit in line.
         #[arg(long)]
         fix: bool,
@@ -295,6 +298,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Topics(TopicsCmd::Create {
             partitions,
             replication,
+            min_insync_replicas,
             fix,
         }) => {
             if let Some(p) = partitions {
@@ -302,6 +306,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             }
             if let Some(r) = replication {
                 cfg.kafka.topic_settings.replication_factor = r;
+            }
+            if let Some(n) = min_insync_replicas {
+                cfg.kafka.topic_settings.min_insync_replicas = n;
+            }
+            if replication.is_some() || min_insync_replicas.is_some() {
                 cfg.kafka.validate()?;
             }
             let mut specs = topics::main_specs(&cfg.kafka);
