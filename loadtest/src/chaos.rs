@@ -27,11 +27,12 @@ use hookstream_testkit::process::service_env;
 use hookstream_testkit::{Behaviour, Received, Receiver, TestEnv};
 use uuid::Uuid;
 
+use crate::brokers;
 use crate::chart::{self, Chart, Markers, Points};
 use crate::cli::RunArgs;
 use crate::engine::{self, Class, Kind, Outcome, Sample, Service};
 use crate::fault_tally::{self, Commit, DeadLetter, Observed, Seen, Shipped, Stored, Struck};
-use crate::faults::{self, Before, Counts, FaultKind, Planned, Role};
+use crate::faults::{self, Before, FaultKind, Planned, Role};
 use crate::group;
 use crate::phase_charts;
 use crate::report::{
@@ -59,6 +60,8 @@ const CATCH_UP_TIMEOUT: Duration = Duration::from_secs(180);
 const CRASH_RESTART_AFTER: Duration = Duration::from_secs(2);
 /// Producer connections, as in the engine.
 const PRODUCERS: usize = 4;
+/// The longest wait for a restarted broker to be back in every partition's in-sync replicas.
+const IN_SYNC_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// The receiver classes: three fast endpoints, one flaky, one rejecting.
 fn classes() -> Vec<Class> {
@@ -309,6 +312,8 @@ async fn sample_timeline(
 /// The driver: the services, and what happened to them.
 struct Driver<'a> {
     args: &'a RunArgs,
+    /// The run's Kafka (where the cluster faults look up leaders).
+    kafka: hookstream_config::KafkaConfig,
     shared: Arc<Shared>,
     slots: Vec<Slot>,
     started: Instant,
@@ -460,6 +465,41 @@ impl Driver<'_> {
                 ensure_down(&kafka_port, "kafka.sh kill9").await?;
                 stack::script("kafka.sh", &["start"]).await?;
             }
+            FaultKind::BrokerLeaderKill => {
+                relays_hit = INSTANCES;
+                // As an operator would: the next broker goes only once the last one is back in
+                // every partition's in-sync replicas.
+                brokers::wait_in_sync(&self.kafka, &self.kafka.topics.events, IN_SYNC_TIMEOUT).await?;
+                let leading = brokers::busiest_leader(&self.kafka, &self.kafka.topics.events).await?;
+                let node = leading.node.to_string();
+                target = Some(format!(
+                    "broker {node} (leading {} of {} partitions)",
+                    leading.led, leading.partitions
+                ));
+                at_ms = engine::unix_ms();
+                stack::script("kafka.sh", &["kill9", &node]).await?;
+                ensure_down(&stack::node_port(&kafka_port, leading.node), "kafka.sh kill9").await?;
+                stack::script("kafka.sh", &["start", &node]).await?;
+            }
+            FaultKind::BrokerRollingRestart => {
+                relays_hit = INSTANCES;
+                brokers::wait_in_sync(&self.kafka, &self.kafka.topics.events, IN_SYNC_TIMEOUT).await?;
+                target = Some(format!("brokers 1 to {}", stack::brokers()));
+                at_ms = engine::unix_ms();
+                for node in 1..=stack::brokers() {
+                    let n = node.to_string();
+                    stack::script("kafka.sh", &["stop", &n]).await?;
+                    stack::script("kafka.sh", &["start", &n]).await?;
+                    let took = brokers::wait_in_sync(&self.kafka, &self.kafka.topics.events, IN_SYNC_TIMEOUT)
+                        .await?;
+                    eprintln!(
+                        "[chaos] {:.1} s: broker {n} restarted, in sync {:.1} s later",
+                        self.t_s(),
+                        took.as_secs_f64()
+                    );
+                    self.check().await?;
+                }
+            }
             FaultKind::PgRestartFast | FaultKind::PgRestartImmediate | FaultKind::DbOutage => {
                 relays_hit = INSTANCES;
                 let mode = match f.kind {
@@ -469,7 +509,8 @@ impl Driver<'_> {
                 stack::script("postgres.sh", &["stop", mode]).await?;
                 ensure_down(&pg_port, "postgres.sh stop").await?;
                 if f.kind == FaultKind::DbOutage {
-                    self.wait(Duration::from_secs(self.args.db_outage_s)).await?;
+                    self.wait(Duration::from_secs(self.args.fault_counts().db_outage_s))
+                        .await?;
                 }
                 stack::script("postgres.sh", &["start"]).await?;
             }
@@ -538,15 +579,16 @@ async fn dead_letter_rows(pool: &PgPool) -> Option<i64> {
 }
 
 pub async fn run(args: &RunArgs) -> anyhow::Result<(RunReport, Vec<Chart>)> {
-    let counts = Counts {
-        kills_per_service: args.kills_per_service,
-        handovers: args.handovers,
-        broker_restarts: args.broker_restarts,
-        pg_restarts: args.pg_restarts,
-        db_outage_s: args.db_outage_s,
-    };
-    if counts.broker_restarts + counts.pg_restarts > 0 || counts.db_outage_s > 0 {
+    let counts = args.fault_counts();
+    let cluster_faults = counts.broker_leader_kills + counts.broker_rolling_restarts;
+    if counts.broker_restarts + counts.pg_restarts + cluster_faults > 0 || counts.db_outage_s > 0 {
         stack::own_stack()?;
+    }
+    if cluster_faults > 0 {
+        anyhow::ensure!(
+            stack::brokers() >= 3,
+            "leader kills and rolling restarts need a cluster: start the run's stack with HOOKSTREAM_KAFKA_BROKERS=3"
+        );
     }
     let plan = faults::plan(args.seed, counts, args.fault_every_s, INSTANCES);
     let rate = args.rate();
@@ -616,6 +658,7 @@ pub async fn run(args: &RunArgs) -> anyhow::Result<(RunReport, Vec<Chart>)> {
     ));
     let mut driver = Driver {
         args,
+        kafka: env.kafka.clone(),
         shared: shared.clone(),
         slots,
         started,
@@ -727,7 +770,7 @@ pub async fn run(args: &RunArgs) -> anyhow::Result<(RunReport, Vec<Chart>)> {
             .collect(),
         fault_every_min_s: args.fault_every_s.0,
         fault_every_max_s: args.fault_every_s.1,
-        db_outage_s: args.db_outage_s,
+        db_outage_s: counts.db_outage_s,
         producer: ProducerFigures {
             committed: ids.len(),
             not_committed: produced.not_committed,
@@ -782,14 +825,30 @@ pub async fn run(args: &RunArgs) -> anyhow::Result<(RunReport, Vec<Chart>)> {
     } else if let Err(e) = env.discard().await {
         eprintln!("[chaos] could not drop its database and topics: {e:#}");
     }
-    let report = RunReport::Chaos(ScenarioReport {
+    // The cluster faults' figures at the top: the longest delivery stall of a broker fault,
+    // and the early retries.
+    let stall_s = tallied
+        .per_kind
+        .iter()
+        .filter(|(k, _)| k.starts_with("broker_"))
+        .filter_map(|(_, f)| f.resume_ms.max)
+        .reduce(f64::max)
+        .map(|ms| ms / 1000.0);
+    let early = Some(contract.early_retries);
+    let report = ScenarioReport {
         contract,
         figures: ChaosSection {
             chaos: Box::new(chaos),
+            stall_s,
+            early,
         },
         baseline: None,
         machine: Machine::read(),
-    });
+    };
+    let report = match args.scenario {
+        crate::cli::Scenario::BrokerKill => RunReport::BrokerKill(report),
+        _ => RunReport::Chaos(report),
+    };
     Ok((report, charts))
 }
 

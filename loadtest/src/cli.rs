@@ -70,6 +70,11 @@ pub enum Scenario {
     /// restarted and the database is down for `--db-outage-s`: loss, duplicates and resume
     /// time per fault kind. Restarts Kafka and PostgreSQL: needs a stack of its own.
     Chaos,
+    /// The chaos run on a Kafka cluster (`HOOKSTREAM_KAFKA_BROKERS=3`, a stack of its own):
+    /// `--broker-leader-kills` SIGKILLs of the broker leading most events partitions, each
+    /// restarted, then `--broker-rolling-restarts` rolling restarts of all brokers (SIGTERM,
+    /// one at a time): loss, duplicates and the delivery stall per fault.
+    BrokerKill,
     /// KEDA's Kafka scaler and the HPA emulated with the chart's rules (time constants ÷
     /// `--time-scale`), starting and stopping real events-role dispatchers, against a load step
     /// (idle `--idle-s`, then three times one dispatcher's measured capacity for `--step-s`,
@@ -91,6 +96,7 @@ impl Scenario {
             Self::OutageRecovery => "outage-recovery",
             Self::Crash => "crash",
             Self::Chaos => "chaos",
+            Self::BrokerKill => "broker-kill",
             Self::Autoscale => "autoscale",
         }
     }
@@ -220,25 +226,35 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 1)]
     pub runs: usize,
     /// chaos: SIGKILLs of each service kind (relay, events role, retry role, DLQ sink),
-    /// interleaved.
-    #[arg(long, default_value_t = 100)]
-    pub kills_per_service: usize,
+    /// interleaved (chaos: 100; broker-kill: 0).
+    #[arg(long)]
+    pub kills_per_service: Option<usize>,
     /// chaos: seconds between the interleaved kills, drawn from MIN..=MAX.
     #[arg(long, value_parser = parse_range, default_value = "1..3")]
     pub fault_every_s: (f64, f64),
     /// chaos: events-role hand-overs measured alone: this many SIGKILLs, and as many rolling
-    /// restarts (a new instance joins, then the old one gets SIGTERM).
-    #[arg(long, default_value_t = 5)]
-    pub handovers: usize,
-    /// chaos: SIGKILL-and-restarts of the Kafka broker.
-    #[arg(long, default_value_t = 5)]
-    pub broker_restarts: usize,
-    /// chaos: restarts of PostgreSQL, alternating `stop -m fast` and `stop -m immediate`.
-    #[arg(long, default_value_t = 5)]
-    pub pg_restarts: usize,
-    /// chaos: seconds PostgreSQL stays down in the database outage (0: none).
-    #[arg(long, default_value_t = 30)]
-    pub db_outage_s: u64,
+    /// restarts (a new instance joins, then the old one gets SIGTERM) (chaos: 5; broker-kill: 0).
+    #[arg(long)]
+    pub handovers: Option<usize>,
+    /// chaos: SIGKILL-and-restarts of the whole Kafka stack (chaos: 5; broker-kill: 0).
+    #[arg(long)]
+    pub broker_restarts: Option<usize>,
+    /// chaos, broker-kill: SIGKILLs (and restarts) of the broker leading most of the events
+    /// topic's partitions; needs a cluster (chaos: 0; broker-kill: 3).
+    #[arg(long)]
+    pub broker_leader_kills: Option<usize>,
+    /// chaos, broker-kill: rolling restarts of every broker, one at a time (chaos: 0;
+    /// broker-kill: 1).
+    #[arg(long)]
+    pub broker_rolling_restarts: Option<usize>,
+    /// chaos: restarts of PostgreSQL, alternating `stop -m fast` and `stop -m immediate`
+    /// (chaos: 5; broker-kill: 0).
+    #[arg(long)]
+    pub pg_restarts: Option<usize>,
+    /// chaos: seconds PostgreSQL stays down in the database outage (0: none) (chaos: 30;
+    /// broker-kill: 0).
+    #[arg(long)]
+    pub db_outage_s: Option<u64>,
     /// autoscale: how long the receivers take to answer (ms).
     #[arg(long, default_value_t = 100)]
     pub receiver_delay_ms: u64,
@@ -259,6 +275,24 @@ pub struct RunArgs {
 }
 
 impl RunArgs {
+    /// The faults a chaos or broker-kill run plans: the flags given, else the scenario's
+    /// defaults (chaos strikes everything but the cluster faults; broker-kill only those).
+    pub fn fault_counts(&self) -> crate::faults::Counts {
+        let cluster = matches!(self.scenario, Scenario::BrokerKill);
+        let or = |given: Option<usize>, chaos: usize, broker_kill: usize| {
+            given.unwrap_or(if cluster { broker_kill } else { chaos })
+        };
+        crate::faults::Counts {
+            kills_per_service: or(self.kills_per_service, 100, 0),
+            handovers: or(self.handovers, 5, 0),
+            broker_restarts: or(self.broker_restarts, 5, 0),
+            broker_leader_kills: or(self.broker_leader_kills, 0, 3),
+            broker_rolling_restarts: or(self.broker_rolling_restarts, 0, 1),
+            pg_restarts: or(self.pg_restarts, 5, 0),
+            db_outage_s: self.db_outage_s.unwrap_or(if cluster { 0 } else { 30 }),
+        }
+    }
+
     /// `--max-in-flight-events`, or the scenario's default.
     pub fn max_in_flight_events(&self) -> usize {
         self.max_in_flight_events.unwrap_or(match self.scenario {
@@ -280,7 +314,7 @@ impl RunArgs {
             Scenario::OutageRecovery => 100,
             Scenario::Crash => 500,
             Scenario::Fleet => 250,
-            Scenario::Chaos => 200,
+            Scenario::Chaos | Scenario::BrokerKill => 200,
             _ => 2_000,
         })
     }

@@ -49,6 +49,12 @@ pub enum FaultKind {
     EventsSigterm,
     /// `kafka.sh kill9`, then `start`.
     BrokerRestart,
+    /// In a cluster of brokers: SIGKILL of the broker leading most of the events topic's
+    /// partitions (`kafka.sh kill9 NODE`), then `start NODE`.
+    BrokerLeaderKill,
+    /// In a cluster: every broker in turn stopped (SIGTERM) and started again, the next one
+    /// once every partition of the events topic has all its replicas in sync, as patching does.
+    BrokerRollingRestart,
     /// `postgres.sh stop fast`, then `start`.
     PgRestartFast,
     /// `postgres.sh stop immediate` (no checkpoint: crash recovery at start), then `start`.
@@ -83,6 +89,8 @@ impl FaultKind {
             FaultKind::EventsKillAlone => "events_role_kill_alone",
             FaultKind::EventsSigterm => "events_role_sigterm",
             FaultKind::BrokerRestart => "broker_restart",
+            FaultKind::BrokerLeaderKill => "broker_leader_kill",
+            FaultKind::BrokerRollingRestart => "broker_rolling_restart",
             FaultKind::PgRestartFast => "pg_restart_fast",
             FaultKind::PgRestartImmediate => "pg_restart_immediate",
             FaultKind::DbOutage => "db_outage",
@@ -122,17 +130,25 @@ impl FaultKind {
     /// touch no consumer's offsets; the DLQ sink makes no deliveries.
     pub fn can_cause(self, redo: Redo) -> bool {
         use FaultKind::*;
+        if self.is_broker() {
+            return true;
+        }
         match redo {
             Redo::Reship => matches!(
                 self,
-                RelayKill | BrokerRestart | PgRestartFast | PgRestartImmediate | DbOutage | UnplannedExit
+                RelayKill | PgRestartFast | PgRestartImmediate | DbOutage | UnplannedExit
             ),
-            Redo::EventsRole => matches!(
-                self,
-                EventsKill | EventsKillAlone | EventsSigterm | BrokerRestart | UnplannedExit
-            ),
-            Redo::RetryRole => matches!(self, RetryKill | BrokerRestart | UnplannedExit),
+            Redo::EventsRole => matches!(self, EventsKill | EventsKillAlone | EventsSigterm | UnplannedExit),
+            Redo::RetryRole => matches!(self, RetryKill | UnplannedExit),
         }
+    }
+
+    /// A fault of Kafka's brokers.
+    pub fn is_broker(self) -> bool {
+        matches!(
+            self,
+            FaultKind::BrokerRestart | FaultKind::BrokerLeaderKill | FaultKind::BrokerRollingRestart
+        )
     }
 }
 
@@ -165,6 +181,10 @@ pub struct Counts {
     /// Events-role SIGKILLs alone, and as many rolling restarts.
     pub handovers: usize,
     pub broker_restarts: usize,
+    /// In a cluster: SIGKILLs of the broker leading most events partitions, and rolling
+    /// restarts of every broker.
+    pub broker_leader_kills: usize,
+    pub broker_rolling_restarts: usize,
     pub pg_restarts: usize,
     /// 0: no outage.
     pub db_outage_s: u64,
@@ -210,6 +230,12 @@ pub fn plan(seed: u64, counts: Counts, every_s: (f64, f64), instances: usize) ->
     for _ in 0..counts.broker_restarts {
         out.push(alone(FaultKind::BrokerRestart, 0));
     }
+    for _ in 0..counts.broker_leader_kills {
+        out.push(alone(FaultKind::BrokerLeaderKill, 0));
+    }
+    for _ in 0..counts.broker_rolling_restarts {
+        out.push(alone(FaultKind::BrokerRollingRestart, 0));
+    }
     for i in 0..counts.pg_restarts {
         let kind = match i % 2 {
             0 => FaultKind::PgRestartFast,
@@ -232,6 +258,8 @@ mod tests {
             kills_per_service: 3,
             handovers: 2,
             broker_restarts: 1,
+            broker_leader_kills: 0,
+            broker_rolling_restarts: 0,
             pg_restarts: 3,
             db_outage_s: 5,
         }

@@ -56,8 +56,9 @@
 
 // Modules bottom-up: each uses only those declared above it (scripts/check/module_order.py).
 mod chart;
-mod cli;
 mod faults;
+mod cli;
+mod brokers;
 mod group;
 mod keda;
 mod procstat;
@@ -92,7 +93,7 @@ async fn run_once(args: &RunArgs) -> anyhow::Result<(RunReport, Vec<chart::Chart
     let measured = match args.scenario {
         Scenario::Relay => return relay::run(args).await,
         Scenario::Api => anyhow::bail!("the api scenario writes its own report (api.rs)"),
-        Scenario::Chaos => return chaos::run(args).await,
+        Scenario::Chaos | Scenario::BrokerKill => return chaos::run(args).await,
         Scenario::Autoscale => return autoscale::run(args).await,
         Scenario::Steady => scenarios::steady(args).await?,
         Scenario::Max => scenarios::max(args).await?,

@@ -237,7 +237,7 @@ merge_fields! {
         relay_batch_duration_ms, cpu_s, max_rss_mb,
     }
     BucketQuantiles { p50_le_ms, p90_le_ms, p99_le_ms, count }
-    ChaosSection { chaos }
+    ChaosSection { chaos, stall_s, early }
     ChaosFigures {
         seed, rate_per_s, topology, fault_every_min_s, fault_every_max_s, db_outage_s, producer,
         lost, drain, retries_exhausted, per_kind, unattributed_duplicates, unattributed_examples, crashes, events_role, measures, faults,
@@ -345,6 +345,7 @@ impl Merge for RunReport {
             RunReport::OutageRecovery(_) => by_variant!(runs, RunReport::OutageRecovery),
             RunReport::Crash(_) => by_variant!(runs, RunReport::Crash),
             RunReport::Chaos(_) => by_variant!(runs, RunReport::Chaos),
+            RunReport::BrokerKill(_) => by_variant!(runs, RunReport::BrokerKill),
             RunReport::Autoscale(_) => by_variant!(runs, RunReport::Autoscale),
         }
     }

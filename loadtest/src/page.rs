@@ -65,7 +65,7 @@ fn summary(report: &Report) -> String {
              <table><tr><th>baseline</th><th>throughput</th><th>p50</th><th>p99</th></tr>{ratios}</table>"
         );
     }
-    if let RunReport::Chaos(r) = &report.figures {
+    if let RunReport::Chaos(r) | RunReport::BrokerKill(r) = &report.figures {
         html += &chaos_table(&r.figures.chaos);
     }
     if let RunReport::Autoscale(r) = &report.figures {

@@ -117,8 +117,15 @@ pub fn own_stack() -> Result<(), NotOwnStack> {
     ] {
         let port = get(port_var)?;
         if let Ok(given) = std::env::var(var) {
-            // Every broker of the list must be on the port (one broker here).
-            let ok = given.split(',').all(|a| port_of(a.trim()) == Some(port.as_str()));
+            // Every broker of the list must be a node of the stack (`kafka.sh bootstrap`).
+            let ours: Vec<String> = if var == "HOOKSTREAM_TEST_KAFKA_BROKERS" {
+                (1..=brokers() as i32).map(|n| node_port(&port, n)).collect()
+            } else {
+                vec![port.clone()]
+            };
+            let ok = given
+                .split(',')
+                .all(|a| port_of(a.trim()).is_some_and(|p| ours.iter().any(|o| o == p)));
             if !ok {
                 return Err(NotOwnStack::Elsewhere {
                     var,
@@ -163,6 +170,21 @@ pub async fn listening(port: &str) -> bool {
     )
 }
 
+/// How many Kafka brokers the stack the scripts act on runs (`HOOKSTREAM_KAFKA_BROKERS`, 1).
+pub fn brokers() -> usize {
+    std::env::var("HOOKSTREAM_KAFKA_BROKERS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(1)
+}
+
+/// The plaintext port of node `node` of a stack whose first broker listens on `base`
+/// (`scripts/stack/kafka.sh`: node i at base + 100 (i - 1)).
+pub fn node_port(base: &str, node: i32) -> String {
+    let base: i32 = base.parse().unwrap_or(9092);
+    (base + 100 * (node - 1)).to_string()
+}
+
 /// The PostgreSQL and Kafka ports of the stack the scripts act on.
 pub fn stack_ports() -> (String, String) {
     let port = |var: &str, default: &str| std::env::var(var).unwrap_or_else(|_| default.into());
@@ -185,5 +207,7 @@ mod tests {
         assert_eq!(port_of("postgres://u:pw@host:5432"), Some("5432"));
         assert_eq!(port_of("127.0.0.1:59092"), Some("59092"));
         assert_eq!(port_of("postgres://host/db"), None);
+        assert_eq!(node_port("59092", 1), "59092");
+        assert_eq!(node_port("59092", 3), "59292");
     }
 }

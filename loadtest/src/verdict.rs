@@ -33,7 +33,7 @@ pub fn failures(run: &RunReport) -> Vec<String> {
     let mut out = Vec::new();
     match run {
         RunReport::Relay(r) => relay(r, &mut out),
-        RunReport::Chaos(r) => {
+        RunReport::Chaos(r) | RunReport::BrokerKill(r) => {
             contract(&r.contract, &mut out);
             chaos(&r.figures.chaos, &mut out);
         }

@@ -182,3 +182,75 @@ fn chaos_with_kills_only_loses_nothing_and_bounds_duplicates() {
     }
     let _ = std::fs::remove_dir_all(&out);
 }
+
+/// `loadtest run broker-kill` small, on a private cluster of three brokers (replication 3,
+/// `min.insync.replicas=2`): the broker leading most events partitions SIGKILLed and
+/// restarted, then every broker restarted in turn (SIGTERM). Nothing lost, no early retry,
+/// every duplicate explained and under its fault's ceiling, no service crashed.
+#[test]
+fn broker_kill_on_three_brokers_loses_nothing() {
+    let dir = services_dir();
+    let cluster = hookstream_testkit::broker::PrivateKafka::cluster(3);
+    let out = std::env::temp_dir().join(format!("loadtest-broker-kill-{}", uuid::Uuid::new_v4().simple()));
+    let database = std::env::var("HOOKSTREAM_TEST_DATABASE_URL").expect("make test sets the database");
+    let pg_port = database
+        .rsplit_once(':')
+        .and_then(|(_, rest)| rest.split('/').next())
+        .expect("the database URL has a port")
+        .to_string();
+    let status = Command::new(env!("CARGO_BIN_EXE_loadtest"))
+        .args([
+            "run",
+            "broker-kill",
+            "--rate",
+            "50",
+            "--broker-leader-kills",
+            "1",
+            "--broker-rolling-restarts",
+            "1",
+            "--deadline-s",
+            "300",
+            "--out",
+        ])
+        .arg(&out)
+        .env("LOADTEST_SERVICES_DIR", &dir)
+        .envs(cluster.stack_env())
+        .env("HOOKSTREAM_TEST_KAFKA_BROKERS", cluster.brokers())
+        // PostgreSQL is the shared one: this run restarts only Kafka.
+        .env("HOOKSTREAM_PG_PORT", pg_port)
+        .stdout(std::process::Stdio::null())
+        .status()
+        .expect("loadtest runs");
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).expect("report.json"))
+            .expect("report.json is JSON");
+    assert!(
+        status.success(),
+        "loadtest run broker-kill failed: {}",
+        report["verdict"]
+    );
+    assert_eq!(report["scenario"], "broker-kill");
+    assert_eq!(report["lost"], 0, "{}", report["chaos"]["lost"]);
+    assert_eq!(report["early"], 0);
+    for (stage, lost) in report["chaos"]["lost"].as_object().expect("lost by stage") {
+        assert_eq!(lost, 0, "{stage}: {}", report["chaos"]["lost"]);
+    }
+    assert_eq!(
+        report["chaos"]["crashes"].as_array().map(Vec::len),
+        Some(0),
+        "{}",
+        report["chaos"]["crashes"]
+    );
+    let kinds = report["chaos"]["per_kind"].as_object().expect("per kind");
+    for kind in ["broker_leader_kill", "broker_rolling_restart"] {
+        let k = &kinds[kind];
+        assert_eq!(k["faults"], 1, "{kind}: {k}");
+        assert!(
+            k["duplicates"].as_u64() <= k["duplicate_ceiling"].as_u64(),
+            "{kind}: {k}"
+        );
+    }
+    assert!(report["stall_s"].as_f64().is_some(), "a stall was measured");
+    drop(cluster);
+    let _ = std::fs::remove_dir_all(&out);
+}

@@ -1,6 +1,6 @@
-//! A private single-node Kafka for tests that stop and start the broker or refuse a client a
-//! topic (the shared one serves every other test): the project's stack script on ports of its
-//! own, in a state directory of its own.
+//! A private Kafka for tests that stop and start the broker or refuse a client a topic (the
+//! shared one serves every other test): the project's stack script on ports of its own, in a
+//! state directory of its own; one node, or a cluster of three (`cluster`).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -17,6 +17,8 @@ pub struct PrivateKafka {
     secured: (u16, u16),
     /// Whether the broker checks ACLs (`start_with_acls`).
     acls: bool,
+    /// Nodes (`HOOKSTREAM_KAFKA_BROKERS`): node i listens at port + 100 (i - 1).
+    nodes: usize,
 }
 
 /// Private brokers' state directories: `<temp>/hookstream-kafka-<uuid>`.
@@ -34,7 +36,8 @@ fn stop_orphans() {
     for entry in entries.flatten() {
         let state = entry.path();
         let ours = entry.file_name().to_string_lossy().starts_with(STATE_PREFIX);
-        if !ours || !state.join("run/kafka.pid").exists() {
+        let running = state.join("run/kafka.pid").exists() || state.join("run/kafka.brokers").exists();
+        if !ours || !running {
             continue;
         }
         let Some(owner) = std::fs::read_to_string(state.join(OWNER_FILE))
@@ -52,6 +55,8 @@ fn stop_orphans() {
             controller: 0,
             secured: (0, 0),
             acls: false,
+            // `kafka.sh stop` reads the size that runs from the state directory.
+            nodes: 0,
         };
         eprintln!(
             "stopping the broker of test process {owner}, which is gone ({})",
@@ -97,16 +102,48 @@ impl PrivateKafka {
         Self::started(true)
     }
 
+    /// A cluster of `nodes` brokers (each a controller too), replication factor 3 and
+    /// `min.insync.replicas=2` for every topic (fewer nodes: all of them); returns once every
+    /// node is ready. Node i's plaintext listener is at `port + 100 (i - 1)`.
+    pub fn cluster(nodes: usize) -> Self {
+        stop_orphans();
+        // Node i takes base + 100 (i - 1) + 0..3: all of them free.
+        let base = loop {
+            let base = listener_port();
+            let free = (0..nodes as u16).all(|i| {
+                (0..4).all(|k| std::net::TcpListener::bind(("127.0.0.1", base + 100 * i + k)).is_ok())
+            });
+            if free && base + 100 * nodes as u16 + 4 < 32_768 {
+                break base;
+            }
+        };
+        Self::launch(Self {
+            state: Self::new_state(),
+            port: base,
+            controller: base + 1,
+            secured: (base + 2, base + 3),
+            acls: false,
+            nodes,
+        })
+    }
+
+    fn new_state() -> PathBuf {
+        std::env::temp_dir().join(format!("{STATE_PREFIX}{}", uuid::Uuid::new_v4().simple()))
+    }
+
     fn started(acls: bool) -> Self {
         stop_orphans();
-        let state = std::env::temp_dir().join(format!("{STATE_PREFIX}{}", uuid::Uuid::new_v4().simple()));
-        let k = Self {
-            state,
+        Self::launch(Self {
+            state: Self::new_state(),
             port: listener_port(),
             controller: listener_port(),
             secured: (listener_port(), listener_port()),
             acls,
-        };
+            nodes: 1,
+        })
+    }
+
+    fn launch(k: Self) -> Self {
         std::fs::create_dir_all(&k.state).expect("create the broker's state directory");
         std::fs::write(k.state.join(OWNER_FILE), std::process::id().to_string())
             .expect("write the broker's owner");
@@ -173,9 +210,32 @@ impl PrivateKafka {
         assert!(sent, "kill -{name} {} failed", pid.trim());
     }
 
-    /// The bootstrap address of its plaintext listener.
+    /// The bootstrap addresses of its plaintext listeners (every node's).
     pub fn brokers(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
+        (0..self.nodes.max(1))
+            .map(|i| format!("127.0.0.1:{}", self.port as usize + 100 * i))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// The variables that point `scripts/stack/kafka.sh` (and a program that runs it, as the
+    /// loadtest's fault scenarios do) at this broker.
+    pub fn stack_env(&self) -> Vec<(&'static str, String)> {
+        let mut vars = vec![
+            (
+                "HOOKSTREAM_KAFKA_AUTHORIZER",
+                if self.acls { "1" } else { "0" }.to_string(),
+            ),
+            ("HOOKSTREAM_STATE_DIR", self.state.display().to_string()),
+            ("HOOKSTREAM_KAFKA_PORT", self.port.to_string()),
+            ("HOOKSTREAM_KAFKA_CONTROLLER_PORT", self.controller.to_string()),
+            ("HOOKSTREAM_KAFKA_SASL_PORT", self.secured.0.to_string()),
+            ("HOOKSTREAM_KAFKA_MTLS_PORT", self.secured.1.to_string()),
+        ];
+        if self.nodes > 0 {
+            vars.push(("HOOKSTREAM_KAFKA_BROKERS", self.nodes.to_string()));
+        }
+        vars
     }
 
     fn must(&self, args: &[&str]) {
@@ -188,17 +248,13 @@ impl PrivateKafka {
     }
 
     fn run(&self, args: &[&str]) -> bool {
-        Command::new("bash")
-            .arg(script())
-            .args(args)
-            .env("HOOKSTREAM_KAFKA_AUTHORIZER", if self.acls { "1" } else { "0" })
-            .env("HOOKSTREAM_STATE_DIR", &self.state)
-            .env("HOOKSTREAM_KAFKA_PORT", self.port.to_string())
-            .env("HOOKSTREAM_KAFKA_CONTROLLER_PORT", self.controller.to_string())
-            .env("HOOKSTREAM_KAFKA_SASL_PORT", self.secured.0.to_string())
-            .env("HOOKSTREAM_KAFKA_MTLS_PORT", self.secured.1.to_string())
-            .status()
-            .is_ok_and(|s| s.success())
+        let mut command = Command::new("bash");
+        command.arg(script()).args(args).envs(self.stack_env());
+        if self.nodes == 0 {
+            // An orphan's size is in its state directory, not in this process's environment.
+            command.env_remove("HOOKSTREAM_KAFKA_BROKERS");
+        }
+        command.status().is_ok_and(|s| s.success())
     }
 }
 

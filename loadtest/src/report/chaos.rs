@@ -11,6 +11,14 @@ use super::present;
 pub struct ChaosSection {
     /// Boxed: the largest figures of any report (so `RunReport` stays small).
     pub chaos: Box<ChaosFigures>,
+    /// The longest delivery stall of a broker fault, in seconds: over the broker faults, the
+    /// most their `resume_ms` measure took (commit → first 2xx at the fast endpoints of the
+    /// events committed in the first second at or after the fault). `None` without one.
+    #[serde(default)]
+    pub stall_s: Option<f64>,
+    /// Retries made before they were due (the contract's `early_retries`, beside `lost`).
+    #[serde(default)]
+    pub early: Option<usize>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -111,7 +111,7 @@ impl RunReport {
                     r.figures.crash.kills.len()
                 ),
             ),
-            Self::Chaos(r) => {
+            Self::Chaos(r) | Self::BrokerKill(r) => {
                 let l = &r.figures.chaos.lost;
                 figure(
                     "lost",

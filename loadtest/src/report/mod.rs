@@ -84,6 +84,9 @@ pub enum RunReport {
     Crash(ScenarioReport<CrashSection>),
     #[serde(rename = "chaos")]
     Chaos(ScenarioReport<ChaosSection>),
+    /// The chaos run's report, from a cluster's broker faults.
+    #[serde(rename = "broker-kill")]
+    BrokerKill(ScenarioReport<ChaosSection>),
     #[serde(rename = "autoscale")]
     Autoscale(ScenarioReport<AutoscaleSection>),
 }
@@ -102,6 +105,7 @@ macro_rules! by_kind {
             RunReport::OutageRecovery($r) => $engine,
             RunReport::Crash($r) => $engine,
             RunReport::Chaos($r) => $engine,
+            RunReport::BrokerKill($r) => $engine,
             RunReport::Autoscale($r) => $engine,
         }
     };
@@ -120,6 +124,7 @@ impl RunReport {
             Self::OutageRecovery(_) => "outage-recovery",
             Self::Crash(_) => "crash",
             Self::Chaos(_) => "chaos",
+            Self::BrokerKill(_) => "broker-kill",
             Self::Autoscale(_) => "autoscale",
         }
     }
@@ -534,6 +539,8 @@ pub mod fixtures {
                         reshipped_events: 1,
                     }],
                 }),
+                stall_s: None,
+                early: None,
             },
             baseline: None,
             machine: machine(),
