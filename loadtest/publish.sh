@@ -2,9 +2,9 @@
 # Runs every published scenario three times (each report holds the medians; chaos and
 # autoscale once) and copies the charts docs/benchmarks.md shows into docs/benchmarks/. Uses
 # the local stack (started if needed; HOOKSTREAM_PG_PORT / HOOKSTREAM_KAFKA_PORT pick another
-# one), except chaos, which restarts Kafka and PostgreSQL: it gets a stack of its own (CHAOS_STATE_DIR,
-# CHAOS_PG_PORT, CHAOS_KAFKA_PORT, CHAOS_KAFKA_CONTROLLER_PORT), started for it and stopped
-# after. Needs the machine to itself: anything else running shows in the figures.
+# one), except chaos and broker-kill, which restart Kafka (and chaos PostgreSQL): each gets a
+# stack of its own (CHAOS_STATE_DIR, CHAOS_PG_PORT, CHAOS_KAFKA_PORT, CHAOS_KAFKA_CONTROLLER_PORT;
+# three brokers for broker-kill), started for it and stopped after. Needs the machine to itself: anything else running shows in the figures.
 #
 #   loadtest/publish.sh                 # every scenario (about 100 minutes on 2 cores)
 #   loadtest/publish.sh steady crash    # some of them
@@ -33,6 +33,7 @@ SCENARIOS=(
   "crash|crash --events 20000 --rate 500 --endpoints 1 --seed 7 --baseline --baseline-variants polling-tuned"
   "fleet|fleet --events 5000 --rate 250"
   "chaos|chaos --rate 200 --seed 1|1"
+  "broker-kill|broker-kill --rate 100|1"
   "autoscale|autoscale --max-in-flight-events 50 --receiver-delay-ms 500 --idle-s 30 --step-s 120 --time-scale 5|1"
 )
 
@@ -48,7 +49,14 @@ CHAOS_ENV=(
   "HOOKSTREAM_TEST_DATABASE_URL=postgres://postgres@127.0.0.1:$CHAOS_PG_PORT/postgres"
   "HOOKSTREAM_TEST_KAFKA_BROKERS=127.0.0.1:$CHAOS_KAFKA_PORT"
 )
-chaos_stack() { env "${CHAOS_ENV[@]}" bash scripts/stack/infra.sh "$1" >&2; }
+# broker-kill: the same stack of its own with three brokers (59092, 59192, 59292).
+CLUSTER_ENV=(
+  "${CHAOS_ENV[@]}"
+  "HOOKSTREAM_KAFKA_BROKERS=3"
+  "HOOKSTREAM_TEST_KAFKA_BROKERS=127.0.0.1:$CHAOS_KAFKA_PORT,127.0.0.1:$((CHAOS_KAFKA_PORT + 100)),127.0.0.1:$((CHAOS_KAFKA_PORT + 200))"
+)
+own_env=()
+chaos_stack() { env "${own_env[@]}" bash scripts/stack/infra.sh "$1" >&2; }
 
 cargo build --release -q -p loadtest
 mkdir -p "$OUT" "$DOCS"
@@ -68,8 +76,13 @@ for entry in "${SCENARIOS[@]}"; do
     continue
   fi
   envs=()
-  if [[ $name == chaos ]]; then
-    envs=("${CHAOS_ENV[@]}")
+  case "$name" in
+    chaos) own_env=("${CHAOS_ENV[@]}") ;;
+    broker-kill) own_env=("${CLUSTER_ENV[@]}") ;;
+    *) own_env=() ;;
+  esac
+  if [[ ${#own_env[@]} -gt 0 ]]; then
+    envs=("${own_env[@]}")
     chaos_stack start
     trap 'chaos_stack stop' EXIT
   fi
@@ -79,7 +92,7 @@ for entry in "${SCENARIOS[@]}"; do
     tail -n 30 "$OUT/$name.log" >&2
     exit 1
   }
-  if [[ $name == chaos ]]; then
+  if [[ ${#own_env[@]} -gt 0 ]]; then
     chaos_stack stop
     trap - EXIT
   fi

@@ -382,4 +382,25 @@ mod tests {
         let a = run(&["steady", "--events", "10", "--rate", "5"]);
         assert_eq!((a.events(), a.rate()), (10, 5));
     }
+
+    #[test]
+    fn broker_kill_plans_only_the_cluster_faults_and_chaos_none_of_them() {
+        let c = run(&["broker-kill"]).fault_counts();
+        assert_eq!((c.broker_leader_kills, c.broker_rolling_restarts), (3, 1));
+        assert_eq!(
+            (
+                c.kills_per_service,
+                c.handovers,
+                c.broker_restarts,
+                c.pg_restarts,
+                c.db_outage_s
+            ),
+            (0, 0, 0, 0, 0)
+        );
+        let c = run(&["chaos"]).fault_counts();
+        assert_eq!((c.broker_leader_kills, c.broker_rolling_restarts), (0, 0));
+        assert_eq!((c.kills_per_service, c.db_outage_s), (100, 30));
+        let c = run(&["broker-kill", "--broker-leader-kills", "1", "--pg-restarts", "2"]).fault_counts();
+        assert_eq!((c.broker_leader_kills, c.pg_restarts), (1, 2));
+    }
 }

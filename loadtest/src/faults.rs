@@ -304,6 +304,35 @@ mod tests {
     }
 
     #[test]
+    fn the_cluster_faults_come_after_the_broker_restarts_each_alone() {
+        let counts = Counts {
+            broker_leader_kills: 3,
+            broker_rolling_restarts: 1,
+            ..counts()
+        };
+        let p = plan(7, counts, (1.0, 3.0), 2);
+        let cluster: Vec<&Planned> = p.iter().filter(|f| f.kind.is_broker()).collect();
+        let kinds: Vec<FaultKind> = cluster.iter().map(|f| f.kind).collect();
+        assert_eq!(
+            kinds,
+            [
+                FaultKind::BrokerRestart,
+                FaultKind::BrokerLeaderKill,
+                FaultKind::BrokerLeaderKill,
+                FaultKind::BrokerLeaderKill,
+                FaultKind::BrokerRollingRestart
+            ]
+        );
+        assert!(cluster
+            .iter()
+            .all(|f| f.before == Before::CaughtUp && f.kind.isolated()));
+        for redo in [Redo::Reship, Redo::EventsRole, Redo::RetryRole] {
+            assert!(FaultKind::BrokerLeaderKill.can_cause(redo));
+            assert!(FaultKind::BrokerRollingRestart.can_cause(redo));
+        }
+    }
+
+    #[test]
     fn a_seed_is_one_plan() {
         let a = plan(7, counts(), (1.0, 3.0), 2);
         assert_eq!(a, plan(7, counts(), (1.0, 3.0), 2));
