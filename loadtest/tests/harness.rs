@@ -99,16 +99,40 @@ fn steady_beside_the_baseline_delivers_everything_and_writes_the_report() {
     let _ = std::fs::remove_dir_all(&out);
 }
 
+/// `loadtest run ARGS --out DIR` with the debug service builds and `envs`; asserts it passed
+/// its verdict, and returns its report and its output directory.
+fn run_fault_scenario(args: &[&str], envs: &[(&str, String)]) -> (serde_json::Value, PathBuf) {
+    let out = std::env::temp_dir().join(format!("loadtest-{}-{}", args[0], uuid::Uuid::new_v4().simple()));
+    let status = Command::new(env!("CARGO_BIN_EXE_loadtest"))
+        .arg("run")
+        .args(args)
+        .arg("--out")
+        .arg(&out)
+        .env("LOADTEST_SERVICES_DIR", services_dir())
+        .envs(envs.iter().map(|(k, v)| (*k, v.as_str())))
+        .stdout(std::process::Stdio::null())
+        .status()
+        .expect("loadtest runs");
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).expect("report.json"))
+            .expect("report.json is JSON");
+    assert!(
+        status.success(),
+        "loadtest run {} failed: {}",
+        args[0],
+        report["verdict"]
+    );
+    assert_eq!(report["scenario"], args[0]);
+    (report, out)
+}
+
 /// `loadtest run chaos` with SIGKILLs of the services only (no broker or PostgreSQL restarts,
 /// which would disturb the other tests on the shared stack): nothing lost, every duplicate
 /// explained and under its kind's ceiling, nothing crashed.
 #[test]
 fn chaos_with_kills_only_loses_nothing_and_bounds_duplicates() {
-    let dir = services_dir();
-    let out = std::env::temp_dir().join(format!("loadtest-chaos-{}", uuid::Uuid::new_v4().simple()));
-    let status = Command::new(env!("CARGO_BIN_EXE_loadtest"))
-        .args([
-            "run",
+    let (report, out) = run_fault_scenario(
+        &[
             "chaos",
             "--rate",
             "50",
@@ -127,22 +151,9 @@ fn chaos_with_kills_only_loses_nothing_and_bounds_duplicates() {
             // busy machine, must still be able to arrive. (A run that drains ends sooner.)
             "--deadline-s",
             "300",
-            "--out",
-        ])
-        .arg(&out)
-        .env("LOADTEST_SERVICES_DIR", &dir)
-        .stdout(std::process::Stdio::null())
-        .status()
-        .expect("loadtest runs");
-    let report: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).expect("report.json"))
-            .expect("report.json is JSON");
-    assert!(
-        status.success(),
-        "loadtest run chaos failed: {}",
-        report["verdict"]
+        ],
+        &[],
     );
-    assert_eq!(report["scenario"], "chaos");
     let chaos = &report["chaos"];
     for (stage, lost) in chaos["lost"].as_object().expect("lost by stage") {
         assert_eq!(lost, 0, "{stage}: {}", chaos["lost"]);
@@ -189,18 +200,19 @@ fn chaos_with_kills_only_loses_nothing_and_bounds_duplicates() {
 /// every duplicate explained and under its fault's ceiling, no service crashed.
 #[test]
 fn broker_kill_on_three_brokers_loses_nothing() {
-    let dir = services_dir();
     let cluster = hookstream_testkit::broker::PrivateKafka::cluster(3);
-    let out = std::env::temp_dir().join(format!("loadtest-broker-kill-{}", uuid::Uuid::new_v4().simple()));
     let database = std::env::var("HOOKSTREAM_TEST_DATABASE_URL").expect("make test sets the database");
     let pg_port = database
         .rsplit_once(':')
         .and_then(|(_, rest)| rest.split('/').next())
         .expect("the database URL has a port")
         .to_string();
-    let status = Command::new(env!("CARGO_BIN_EXE_loadtest"))
-        .args([
-            "run",
+    let mut envs = cluster.stack_env();
+    envs.push(("HOOKSTREAM_TEST_KAFKA_BROKERS", cluster.brokers()));
+    // PostgreSQL is the shared one: this run restarts only Kafka.
+    envs.push(("HOOKSTREAM_PG_PORT", pg_port));
+    let (report, out) = run_fault_scenario(
+        &[
             "broker-kill",
             "--rate",
             "50",
@@ -210,26 +222,9 @@ fn broker_kill_on_three_brokers_loses_nothing() {
             "1",
             "--deadline-s",
             "300",
-            "--out",
-        ])
-        .arg(&out)
-        .env("LOADTEST_SERVICES_DIR", &dir)
-        .envs(cluster.stack_env())
-        .env("HOOKSTREAM_TEST_KAFKA_BROKERS", cluster.brokers())
-        // PostgreSQL is the shared one: this run restarts only Kafka.
-        .env("HOOKSTREAM_PG_PORT", pg_port)
-        .stdout(std::process::Stdio::null())
-        .status()
-        .expect("loadtest runs");
-    let report: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).expect("report.json"))
-            .expect("report.json is JSON");
-    assert!(
-        status.success(),
-        "loadtest run broker-kill failed: {}",
-        report["verdict"]
+        ],
+        &envs,
     );
-    assert_eq!(report["scenario"], "broker-kill");
     assert_eq!(report["lost"], 0, "{}", report["chaos"]["lost"]);
     assert_eq!(report["early"], 0);
     for (stage, lost) in report["chaos"]["lost"].as_object().expect("lost by stage") {
